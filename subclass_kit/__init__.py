@@ -1,0 +1,45 @@
+"""subclass_kit: declare a wrapper tensor subclass's fields, get a compile-ready subclass.
+
+Layer: the top layer. May import ``symbolic`` and ``guards``; they never import it.
+This module only re-exports; what is not re-exported is private.
+"""
+
+from . import fallbacks as fallbacks, pytree as pytree, serialization as serialization
+from .base import WrapperTensor as WrapperTensor
+from .compiling import is_compiling as is_compiling
+from .ctx import SubclassCtx as SubclassCtx
+from .errors import (
+    ConstructionError as ConstructionError,
+    FieldDeclarationError as FieldDeclarationError,
+    InnerShapeError as InnerShapeError,
+    LocalClassWarning as LocalClassWarning,
+    SubclassKitError as SubclassKitError,
+    UnsupportedOpError as UnsupportedOpError,
+)
+from .fields import inner as inner, meta as meta
+
+__all__ = [
+    "WrapperTensor",
+    "inner",
+    "meta",
+    "fallbacks",
+    "pytree",
+    "serialization",
+    "is_compiling",
+    "SubclassCtx",
+    "SubclassKitError",
+    "FieldDeclarationError",
+    "ConstructionError",
+    "InnerShapeError",
+    "UnsupportedOpError",
+    "LocalClassWarning",
+]
+
+
+def __getattr__(name):
+    # Heavier submodules load on first use so `import subclass_kit` stays cheap.
+    if name in ("examples", "testing", "collectives", "sharded", "bench"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'subclass_kit' has no attribute {name!r}")

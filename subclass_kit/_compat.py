@@ -1,0 +1,51 @@
+"""The one place where subclass_kit touches private torch internals.
+
+Everything here is a thin alias or a few lines; when torch moves a name, only this module
+changes. Nothing outside this module should spell ``torch._C``, ``torch._dynamo`` or other
+underscore names of torch.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.utils._pytree as python_pytree  # noqa: F401  (re-exported for subclass_kit.pytree)
+from torch.utils._python_dispatch import (  # noqa: F401
+    get_alias_info,
+    is_traceable_wrapper_subclass,
+    return_and_correct_aliasing,
+)
+
+make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+disabled_torch_function_impl = torch._C._disabled_torch_function_impl
+DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
+functionalize_unsafe_set = torch._functionalize_unsafe_set
+sym_check = torch._check
+SymInt = torch.SymInt
+
+
+def is_compiling() -> bool:
+    """True while dynamo traces (torch.compile, strict export) or make_fx traces (non-strict
+    export, AOTAutograd)."""
+    if torch.compiler.is_compiling():
+        return True
+    return bool(torch.compiler._is_non_strict_tracing())
+
+
+def is_fake(t) -> bool:
+    from torch._subclasses.fake_tensor import is_fake as _is_fake
+
+    return _is_fake(t)
+
+
+def fake_mode_from(t):
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return t.fake_mode if isinstance(t, FakeTensor) else None
+
+
+def add_safe_globals(objs) -> None:
+    torch.serialization.add_safe_globals(list(objs))
+
+
+def get_safe_globals():
+    return torch.serialization.get_safe_globals()

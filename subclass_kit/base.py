@@ -1,0 +1,203 @@
+"""``WrapperTensor``: declare the fields, get the whole PT2 subclass protocol.
+
+A subclass declares inner tensors with ``inner()`` and constant metadata with ``meta()``;
+``__init_subclass__`` builds one frozen spec, validates it, and wires the derived protocol
+(see ``flatten.py`` for the round-trip law), the op table (``dispatch.py``) and the
+built-in handlers (``defaults.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any, ClassVar, dataclass_transform
+
+import torch
+
+from . import _compat, dispatch, flatten
+from .construct import construct
+from .errors import LocalClassWarning
+from .fields import inner, meta
+from .spec import ClassSpec, build_spec
+
+__all__ = ["WrapperTensor"]
+
+
+def _meta_property(name: str):
+    key = "_kit_m_" + name
+
+    def fget(self):
+        return self._kit_ctx.__getattr__(name)
+
+    fget.__name__ = name
+    return property(fget, doc=f"meta field {name!r} (read-only; part of the ctx)")
+
+
+@dataclass_transform(field_specifiers=(inner, meta), kw_only_default=False)
+class WrapperTensor(torch.Tensor):
+    """Base class for wrapper tensor subclasses with declared fields.
+
+    Fields are class annotations with ``inner()`` (a tensor held inside; the first is the
+    primary) or ``meta()`` (constant, hashable, picklable metadata). Construction takes the
+    fields positionally in declaration order or by keyword, plus ``size=``, ``stride=``,
+    ``dtype=``, ``device=``, ``requires_grad=`` for the outer tensor (by default those of the
+    primary inner tensor).
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit import WrapperTensor, inner, meta, fallbacks
+        >>> class Pair(WrapperTensor):
+        ...     a: torch.Tensor = inner()
+        ...     b: torch.Tensor = inner()
+        ...     tag: str = meta(default="pair")
+        ...     __fallback__ = fallbacks.map_inner
+        >>> p = Pair(torch.ones(2, 3), torch.zeros(2, 3))
+        >>> p.shape, p.tag, p.__tensor_flatten__()[0]
+        (torch.Size([2, 3]), 'pair', ['a', 'b'])
+    """
+
+    __kit_spec__: ClassVar[ClassSpec]
+    _kit_is_wrapper: ClassVar[bool] = True
+
+    # Subclass tensors do not take part in torch-function overrides unless they register
+    # torch-level handlers (implements_torch_function installs one then).
+    __torch_function__ = _compat.disabled_torch_function_impl
+
+    __fallback__ = staticmethod(dispatch.raise_unsupported)
+
+    def __init_subclass__(cls, abstract: bool = False, **kwargs):
+        super().__init_subclass__(**kwargs)
+        parent = next(
+            (b.__dict__["__kit_spec__"] for b in cls.__mro__[1:] if "__kit_spec__" in b.__dict__),
+            None,
+        )
+        spec = build_spec(cls, parent, abstract=abstract)
+        cls.__kit_spec__ = spec
+        cls._kit_inner_names = spec.inner_names
+        cls._kit_field_index = {f.name: i for i, f in enumerate(spec.fields)}
+        cls._kit_checked_meta = set()
+        cls._kit_outer_shaped = {}
+        for f in spec.inner:
+            if f.name in cls.__dict__:
+                delattr(cls, f.name)
+        for f in spec.meta:
+            if f.name in cls.__dict__ and not isinstance(cls.__dict__[f.name], property):
+                setattr(cls, f.name, _meta_property(f.name))
+        fb = cls.__dict__.get("__fallback__")
+        if fb is not None and not isinstance(fb, staticmethod):
+            # A plain function in the class body would become a method; keep it plain.
+            cls.__fallback__ = staticmethod(fb)
+        dispatch.init_class(cls)
+        if "<locals>" in cls.__qualname__ and not abstract:
+            warnings.warn(
+                f"{cls.__qualname__} is defined inside a function, so it is not importable by "
+                "its qualified name: AOTAutograd's cache will be bypassed for graphs that take "
+                "it (and pickling it fails). Define it at module level.",
+                LocalClassWarning,
+                stacklevel=3,
+            )
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        return construct(cls, args, dict(kwargs))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    # ---- the derived protocol (see flatten.py) --------------------------------------
+    __tensor_flatten__ = flatten.tensor_flatten
+    __tensor_unflatten__ = classmethod(flatten.tensor_unflatten)
+    _stable_hash_for_caching = flatten.stable_hash
+    __reduce_ex__ = flatten.reduce_ex
+    __deepcopy__ = flatten.deepcopy
+    __repr__ = flatten.wrapper_repr
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        return dispatch.torch_dispatch(cls, func, types, args, kwargs)
+
+    @classmethod
+    def __inner_shapes__(cls, outer_size, ctx) -> dict:
+        """Expected shape of each inner tensor for an outer size; override for derived shapes.
+
+        The default gives every inner tensor the outer shape. Write plain arithmetic (with
+        ``symbolic.ceil_div`` etc.): it runs on ints, SymInts and sympy symbols.
+        """
+        return {n: tuple(outer_size) for n in cls._kit_inner_names}
+
+    @classmethod
+    def __default_ctx__(cls):
+        """The ctx built from the meta defaults (for ``symbolic.relations(cls)``)."""
+        from .ctx import SubclassCtx
+        from .fields import MISSING
+
+        spec = cls.__kit_spec__
+        missing = [n for n, d in zip(spec.meta_names, spec.meta_defaults) if d is MISSING]
+        if missing:
+            raise TypeError(
+                f"{spec.qualname} has meta fields without defaults ({missing}); pass an "
+                "instance instead of the class."
+            )
+        return SubclassCtx.make(
+            spec.qualname, spec.meta_names, spec.meta_defaults, torch.get_default_dtype(), spec.inner_names
+        )
+
+    def __coerce_tangent_metadata__(self):
+        """Make a forward output usable as the tangent AOTAutograd traces with (identity)."""
+        return self
+
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        """Turn a runtime tangent into the metadata AOTAutograd traced with, or None.
+
+        The default handles the cases that are right for any wrapper: same ctx (itself)
+        and a plain tensor expected (``to_plain()`` when the class has it).
+        """
+        if expected_type is None or expected_type is type(self):
+            return self if expected_metadata == self._kit_ctx else None
+        if expected_type is torch.Tensor and hasattr(self, "to_plain"):
+            return self.to_plain()
+        return None
+
+    # ---- op tables ---------------------------------------------------------------------
+    @classmethod
+    def implements(cls, *ops):
+        """Register a handler ``fn(func, types, args, kwargs)`` for aten ops on this class.
+
+        Accepts OpOverloads (``aten.mm.default``) and OpOverloadPackets (``aten.mm``, every
+        overload). A subclass's table extends its parent's.
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.examples import ScaledTensor
+            >>> @ScaledTensor.implements(torch.ops.aten.neg.default)
+            ... def _neg(func, types, args, kwargs):
+            ...     x = args[0]
+            ...     return ScaledTensor(x.qdata, -x.scale)
+            >>> x = ScaledTensor.from_float(torch.tensor([[1.0, -2.0]]))
+            >>> torch.neg(x).to_plain()
+            tensor([[-1.,  2.]])
+            >>> del ScaledTensor._kit_own_ops[torch.ops.aten.neg.default]
+        """
+        return dispatch.register_ops(cls, ops)
+
+    @classmethod
+    def implements_torch_function(cls, *fns):
+        """Register a handler for torch-level functions (``torch.nn.functional.linear``).
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit import WrapperTensor, inner, fallbacks
+            >>> class Logged(WrapperTensor):
+            ...     data: torch.Tensor = inner()
+            ...     __fallback__ = fallbacks.map_inner
+            >>> @Logged.implements_torch_function(torch.nn.functional.relu)
+            ... def _relu(func, types, args, kwargs):
+            ...     return Logged(args[0].data.clamp_min(0))
+            >>> torch.nn.functional.relu(Logged(torch.tensor([-1.0, 2.0]))).data
+            tensor([0., 2.])
+        """
+        return dispatch.register_torch_functions(cls, fns)
+
+
+WrapperTensor.__kit_spec__ = ClassSpec("WrapperTensor", (), (), (), (), (), ())
+WrapperTensor._kit_default_inner_shapes = WrapperTensor.__dict__["__inner_shapes__"].__func__
+dispatch.init_class(WrapperTensor)

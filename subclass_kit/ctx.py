@@ -1,0 +1,168 @@
+"""The flatten context: the immutable value ``__tensor_flatten__`` returns beside the names.
+
+Dynamo guards a wrapped input by comparing this value with ``==`` on every call, AOTAutograd
+hashes and pickles it into its cache, and ``__tensor_unflatten__`` rebuilds the wrapper from
+it. It is therefore a ``tuple`` subclass: equality and hashing run in C, pickling and
+deepcopy need no custom code, and nothing in it can change after construction.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import torch
+
+__all__ = ["SubclassCtx", "canonical_value"]
+
+# Layout of the tuple; kept positional for speed.
+_OWNER, _NAMES, _VALUES, _DTYPE, _PRESENT = range(5)
+
+# Attributes of the ctx itself; meta fields may not take these names.
+RESERVED = frozenset(
+    {"owner", "fields", "dtype", "present", "canonical", "replace", "count", "index"}
+)
+
+
+class SubclassCtx(tuple):
+    """Meta fields, outer dtype and present optional inners of one wrapped tensor.
+
+    ``ctx.<field>`` reads a meta field, ``ctx.dtype`` the outer dtype, ``ctx.fields`` the
+    ``(name, value)`` pairs. Equal exactly when those are equal.
+
+    Example:
+        >>> import torch
+        >>> ctx = SubclassCtx.make("BlockScaled", ("block",), (32,), torch.float32, ("qdata", "scale"))
+        >>> ctx.block, ctx.dtype
+        (32, torch.float32)
+        >>> ctx == SubclassCtx.make("BlockScaled", ("block",), (32,), torch.float32, ("qdata", "scale"))
+        True
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def make(cls, owner: str, names: tuple, values: tuple, dtype: torch.dtype, present: tuple):
+        return tuple.__new__(cls, (owner, names, values, dtype, present))
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when normal lookup fails, i.e. for meta field names.
+        names = tuple.__getitem__(self, _NAMES)
+        try:
+            return tuple.__getitem__(self, _VALUES)[names.index(name)]
+        except ValueError:
+            raise AttributeError(
+                f"the ctx of {self.owner} has no meta field {name!r}; its meta fields are "
+                f"{list(names)}"
+            ) from None
+
+    @property
+    def owner(self) -> str:
+        """Qualified name of the class this ctx belongs to."""
+        return tuple.__getitem__(self, _OWNER)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The outer tensor's dtype."""
+        return tuple.__getitem__(self, _DTYPE)
+
+    @property
+    def present(self) -> tuple:
+        """Names of the inner tensors that are present (optional ones may be absent)."""
+        return tuple.__getitem__(self, _PRESENT)
+
+    @property
+    def fields(self) -> tuple:
+        """``(name, value)`` pairs of the meta fields, in declaration order."""
+        return tuple(zip(tuple.__getitem__(self, _NAMES), tuple.__getitem__(self, _VALUES)))
+
+    def replace(self, *, dtype=None, present=None, **meta):
+        """A copy with some values changed.
+
+        Example:
+            >>> import torch
+            >>> ctx = SubclassCtx.make("B", ("block",), (32,), torch.float32, ("q",))
+            >>> ctx.replace(block=64).block
+            64
+        """
+        names = tuple.__getitem__(self, _NAMES)
+        values = list(tuple.__getitem__(self, _VALUES))
+        for k, v in meta.items():
+            if k not in names:
+                raise AttributeError(f"the ctx of {self.owner} has no meta field {k!r}")
+            values[names.index(k)] = v
+        return SubclassCtx.make(
+            self.owner,
+            names,
+            tuple(values),
+            self.dtype if dtype is None else dtype,
+            self.present if present is None else tuple(present),
+        )
+
+    def canonical(self) -> dict:
+        """A JSON-able structure that is the same in every process (for stable keys)."""
+        return {
+            "owner": self.owner,
+            "fields": [[n, canonical_value(v)] for n, v in self.fields],
+            "dtype": str(self.dtype),
+            "present": list(self.present),
+        }
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={v!r}" for n, v in self.fields)
+        sep = ", " if inner else ""
+        return f"{self.owner}.ctx({inner}{sep}dtype={self.dtype})"
+
+    def __reduce__(self):
+        return (_rebuild_ctx, (tuple(self),))
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __copy__(self):
+        return self
+
+
+def _rebuild_ctx(items):
+    return tuple.__new__(SubclassCtx, items)
+
+
+def canonical_value(v: Any) -> Any:
+    """Map a meta value to JSON-able data that does not depend on the process.
+
+    Example:
+        >>> canonical_value((1, "a", None))
+        ['tuple', [1, 'a', None]]
+    """
+    if v is None or isinstance(v, (bool, int, str)):
+        return v
+    if isinstance(v, float):
+        return ["float", v.hex()]
+    if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+        return [type(v).__name__, str(v)]
+    if isinstance(v, enum.Enum):
+        return ["enum", f"{type(v).__module__}.{type(v).__qualname__}", canonical_value(v.value)]
+    if isinstance(v, (tuple, list)):
+        return [type(v).__name__, [canonical_value(x) for x in v]]
+    if isinstance(v, frozenset):
+        return ["frozenset", sorted((canonical_value(x) for x in v), key=repr)]
+    if isinstance(v, SubclassCtx):
+        return ["ctx", v.canonical()]
+    if hasattr(v, "__canonical__"):
+        return ["obj", f"{type(v).__module__}.{type(v).__qualname__}", canonical_value(v.__canonical__())]
+    import dataclasses
+
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return [
+            "dataclass",
+            f"{type(v).__module__}.{type(v).__qualname__}",
+            [[f.name, canonical_value(getattr(v, f.name))] for f in dataclasses.fields(v)],
+        ]
+    # Last resort: a repr that carries no address is stable; one that does is refused.
+    r = repr(v)
+    if " at 0x" in r:
+        raise TypeError(
+            f"meta value {r} of type {type(v).__qualname__} has no stable form; give it a "
+            "__canonical__() method returning ints/strs/tuples, or make it a frozen dataclass"
+        )
+    return ["repr", f"{type(v).__module__}.{type(v).__qualname__}", r]

@@ -1,0 +1,137 @@
+"""Handlers every WrapperTensor subclass gets without registering anything.
+
+detach, alias, clone and device/dtype-preserving copies are right for any wrapper: they act
+on every inner tensor and keep the outer size, stride and ctx. View ops are right without
+registration only when every inner tensor has the outer shape (decided per class from
+``__inner_shapes__``, structurally, so no dynamic dimension is specialized by the check).
+"""
+
+from __future__ import annotations
+
+import sympy
+import torch
+
+from . import aliasing
+from .construct import from_parts
+
+__all__ = ["builtin_handler", "is_outer_shaped"]
+
+aten = torch.ops.aten
+
+
+def is_outer_shaped(t) -> bool:
+    """True when ``__inner_shapes__`` gives every present inner tensor the outer shape.
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit.examples import TwoTensor, ScaledTensor
+        >>> is_outer_shaped(TwoTensor(torch.ones(2), torch.ones(2)))
+        True
+        >>> is_outer_shaped(ScaledTensor.from_float(torch.ones(2, 2)))
+        False
+    """
+    cls = type(t)
+    ctx = t._kit_ctx
+    key = (t.dim(), ctx)
+    cache = cls._kit_outer_shaped
+    hit = cache.get(key)
+    if hit is None:
+        if cls.__inner_shapes__.__func__ is cls._kit_default_inner_shapes:
+            hit = True
+        else:
+            syms = tuple(sympy.Symbol(f"s{i}", positive=True, integer=True) for i in range(t.dim()))
+            try:
+                shapes = cls.__inner_shapes__(syms, ctx)
+                hit = all(
+                    tuple(sympy.sympify(e) for e in shapes.get(n, syms)) == syms
+                    for n in ctx.present
+                )
+            except Exception:
+                hit = False
+        cache[key] = hit
+    return hit
+
+
+def _same_outer(func, args, kwargs, per_inner, device=None):
+    """Apply ``per_inner`` to every inner tensor of args[0]; keep outer size/stride/ctx."""
+    x = args[0]
+    cls = type(x)
+    d = x.__dict__
+    inners = tuple(None if d[n] is None else per_inner(d[n]) for n in cls._kit_inner_names)
+    out = from_parts(
+        cls,
+        inners,
+        x._kit_ctx,
+        x.shape,
+        x.stride(),
+        x.storage_offset(),
+        x.dtype,
+        x.device if device is None else device,
+    )
+    return aliasing.correct_aliasing(func, args, kwargs, out)
+
+
+def _detach(func, types, args, kwargs):
+    return _same_outer(func, args, kwargs, lambda t: func(t))
+
+
+def _clone(func, types, args, kwargs):
+    x = args[0]
+    if is_outer_shaped(x):
+        from .fallbacks import map_inner
+
+        return map_inner(func, types, args, kwargs)
+    return _same_outer(func, args, kwargs, lambda t: func(t, **kwargs))
+
+
+def _to_copy(func, types, args, kwargs):
+    x = args[0]
+    dtype = kwargs.get("dtype")
+    layout = kwargs.get("layout")
+    if (dtype is None or dtype == x.dtype) and (layout is None or layout == torch.strided):
+        kw = {k: v for k, v in kwargs.items() if k in ("device", "non_blocking", "memory_format")}
+        device = kw.get("device")
+        out = _same_outer(func, args, kwargs, lambda t: func(t, **kw), device=torch.device(device) if device is not None else None)
+        return out
+    return type(x).__fallback__(func, types, args, kwargs)
+
+
+def _copy_(func, types, args, kwargs):
+    dst, src = args[0], args[1]
+    if type(dst) is type(src) and dst._kit_ctx == src._kit_ctx:
+        dd, sd = dst.__dict__, src.__dict__
+        for n in type(dst)._kit_inner_names:
+            if dd[n] is not None:
+                func(dd[n], sd[n], *args[2:], **kwargs)
+        return dst
+    owner = type(dst) if isinstance(dst, type(src)) or not hasattr(type(src), "__fallback__") else type(src)
+    return owner.__fallback__(func, types, args, kwargs)
+
+
+def _view(func, types, args, kwargs):
+    x = args[0]
+    if getattr(type(x), "_kit_is_wrapper", False) and is_outer_shaped(x):
+        from .fallbacks import map_inner
+
+        return map_inner(func, types, args, kwargs)
+    from .fallbacks import _first_wrapper
+
+    return type(_first_wrapper(args, kwargs)).__fallback__(func, types, args, kwargs)
+
+
+_BUILTINS = {
+    aten.detach.default: _detach,
+    aten.alias.default: _detach,
+    aten.clone.default: _clone,
+    aten._to_copy.default: _to_copy,
+    aten.copy_.default: _copy_,
+}
+
+
+def builtin_handler(func):
+    h = _BUILTINS.get(func)
+    if h is not None:
+        return h
+    if isinstance(func, torch._ops.OpOverload) and func.is_view:
+        return _view
+    return None

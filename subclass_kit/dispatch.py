@@ -1,0 +1,162 @@
+"""Per-class op tables: ``Cls.implements(*ops)``, ``Cls.implements_torch_function(*fns)``,
+and the ``__torch_dispatch__`` that consults them.
+
+Lookup order for an aten overload, resolved once per (class, overload) and cached:
+the class's own table, then each parent's (overload before its packet at every level),
+then the kit's built-in handlers (detach, alias, clone, copies, outer-shaped views), then
+``Cls.__fallback__``. A registration anywhere clears every cache, so tables may be
+extended after classes (and their subclasses) exist.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Callable
+
+import torch
+
+from . import _compat
+from .errors import UnsupportedOpError
+
+__all__ = ["register_ops", "register_torch_functions", "torch_dispatch", "torch_function", "raise_unsupported"]
+
+_ALL_CLASSES: "weakref.WeakSet[type]" = weakref.WeakSet()
+
+
+def _op_name(op) -> str:
+    if isinstance(op, torch._ops.OpOverload):
+        ns, rest = op.name().split("::")
+        name, _, overload = rest.partition(".")
+        return f"{ns}.{name}.{overload or 'default'}"
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return str(op).replace("::", ".") if "::" in str(op) else f"aten.{op.__name__}"
+    return getattr(op, "__qualname__", repr(op))
+
+
+def init_class(cls) -> None:
+    cls._kit_own_ops = {}
+    cls._kit_own_tf = {}
+    cls._kit_cache = {}
+    _ALL_CLASSES.add(cls)
+
+
+def _clear_caches() -> None:
+    for c in list(_ALL_CLASSES):
+        c._kit_cache.clear()
+
+
+def register_ops(cls, ops) -> Callable:
+    if not ops:
+        raise TypeError(f"{cls.__qualname__}.implements() needs at least one op, e.g. implements(aten.mm.default)")
+    for op in ops:
+        if not isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            raise TypeError(
+                f"{cls.__qualname__}.implements() takes aten OpOverloads or OpOverloadPackets "
+                f"(e.g. torch.ops.aten.mm.default); got {op!r}. For torch-level functions such "
+                f"as torch.nn.functional.linear use {cls.__qualname__}.implements_torch_function."
+            )
+
+    def decorator(fn):
+        for op in ops:
+            cls._kit_own_ops[op] = fn
+        _clear_caches()
+        return fn
+
+    return decorator
+
+
+def register_torch_functions(cls, fns) -> Callable:
+    if not fns:
+        raise TypeError(f"{cls.__qualname__}.implements_torch_function() needs at least one function")
+    for f in fns:
+        if isinstance(f, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            raise TypeError(
+                f"{cls.__qualname__}.implements_torch_function() takes torch-level functions "
+                f"(e.g. torch.nn.functional.linear); {f} is an aten op: use "
+                f"{cls.__qualname__}.implements({f})."
+            )
+
+    def decorator(fn):
+        for f in fns:
+            cls._kit_own_tf[f] = fn
+        # Only classes with torch-function handlers pay for a Python __torch_function__.
+        if cls.__dict__.get("__torch_function__") is None or cls.__torch_function__ is _compat.disabled_torch_function_impl:
+            cls.__torch_function__ = classmethod(torch_function)
+        _clear_caches()
+        return fn
+
+    return decorator
+
+
+def _resolve(cls, func):
+    packet = getattr(func, "overloadpacket", None)
+    for klass in cls.__mro__:
+        own = klass.__dict__.get("_kit_own_ops")
+        if own is None:
+            continue
+        h = own.get(func)
+        if h is None and packet is not None:
+            h = own.get(packet)
+        if h is not None:
+            return h
+    from .defaults import builtin_handler
+
+    h = builtin_handler(func)
+    if h is not None:
+        return h
+    return cls.__fallback__
+
+
+def torch_dispatch(cls, func, types, args=(), kwargs=None):
+    """The ``__torch_dispatch__`` of every WrapperTensor subclass."""
+    try:
+        h = cls._kit_cache[func]
+    except KeyError:
+        h = cls._kit_cache[func] = _resolve(cls, func)
+    return h(func, types, args, {} if kwargs is None else kwargs)
+
+
+def torch_function(cls, func, types, args=(), kwargs=None):
+    """``__torch_function__`` installed on classes that register torch-level handlers."""
+    key = ("tf", func)
+    try:
+        h = cls._kit_cache[key]
+    except KeyError:
+        h = None
+        for klass in cls.__mro__:
+            own = klass.__dict__.get("_kit_own_tf")
+            if own and func in own:
+                h = own[func]
+                break
+        cls._kit_cache[key] = h
+    if h is not None:
+        return h(func, types, args, {} if kwargs is None else kwargs)
+    with _compat.DisableTorchFunctionSubclass():
+        return func(*args, **(kwargs or {}))
+
+
+def _describe(a) -> str:
+    if isinstance(a, torch.Tensor):
+        return type(a).__name__
+    if isinstance(a, (list, tuple)):
+        inner = ", ".join(_describe(x) for x in a[:4]) + (", ..." if len(a) > 4 else "")
+        return f"[{inner}]"
+    return type(a).__name__
+
+
+def raise_unsupported(func, types, args, kwargs):
+    """The default ``__fallback__``: raise UnsupportedOpError naming the class and the op."""
+    from .base import WrapperTensor
+
+    owner = next((t for t in types if isinstance(t, type) and issubclass(t, WrapperTensor)), None)
+    name = owner.__qualname__ if owner is not None else "this WrapperTensor subclass"
+    op = _op_name(func)
+    sig = ", ".join(_describe(a) for a in args)
+    if kwargs:
+        sig += (", " if sig else "") + ", ".join(f"{k}={_describe(v)}" for k, v in kwargs.items())
+    raise UnsupportedOpError(
+        f"{name} has no handler for {op} (args: {sig}). Register one with "
+        f"@{name}.implements({op}), or set __fallback__ = fallbacks.to_plain "
+        f"(compute on the dense tensor) or fallbacks.map_inner (run the op on every inner "
+        f"tensor) in the class body."
+    )

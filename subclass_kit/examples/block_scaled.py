@@ -1,0 +1,61 @@
+"""``BlockScaled``: int8 data with one float scale per block of rows."""
+
+from __future__ import annotations
+
+import torch
+
+from symbolic import ceil_div
+
+from .. import fallbacks
+from ..base import WrapperTensor
+from ..fields import inner, meta
+
+__all__ = ["BlockScaled"]
+
+
+class BlockScaled(WrapperTensor):
+    """int8 data with one float scale per block of ``block`` rows.
+
+    Exercises: an inner shape derived by arithmetic that is not an identity
+    (``ceil(rows / block)``), a meta field that changes that shape and is guarded, and the
+    to_plain fallback.
+
+    Example:
+        >>> import torch
+        >>> x = BlockScaled.from_float(torch.randn(70, 4), block=32)
+        >>> tuple(x.scale.shape), x.block
+        ((3, 1), 32)
+    """
+
+    qdata: torch.Tensor = inner(dtype=torch.int8)
+    scale: torch.Tensor = inner(dtype=(torch.float32, torch.bfloat16, torch.float16))
+    block: int = meta(default=32, doc="rows per scale")
+
+    __fallback__ = fallbacks.to_plain
+
+    @classmethod
+    def __inner_shapes__(cls, outer_size, ctx):
+        rows, cols = outer_size
+        return {"qdata": (rows, cols), "scale": (ceil_div(rows, ctx.block), 1)}
+
+    @classmethod
+    def from_float(cls, x: torch.Tensor, block: int = 32) -> "BlockScaled":
+        """Quantize a 2-D float tensor with one symmetric scale per block of rows."""
+        rows, cols = x.shape
+        nb = ceil_div(rows, block)
+        padded = torch.nn.functional.pad(x, (0, 0, 0, nb * block - rows))
+        amax = padded.reshape(nb, block * cols).abs().amax(dim=1, keepdim=True).clamp_min(1e-12)
+        scale = (amax / 127.0).to(torch.float32)
+        q = torch.round(x / scale.repeat_interleave(block, dim=0)[:rows]).clamp(-127, 127)
+        return cls(q.to(torch.int8), scale, block=block, dtype=x.dtype)
+
+    def to_plain(self) -> torch.Tensor:
+        """Dequantized dense tensor in the outer dtype."""
+        rows = self.qdata.shape[0]
+        s = self.scale.repeat_interleave(self.block, dim=0)[:rows]
+        return (self.qdata.to(s.dtype) * s).to(self.dtype)
+
+    @classmethod
+    def __samples__(cls):
+        g = torch.Generator().manual_seed(2)
+        return [cls.from_float(torch.randn(64, 8, generator=g)), cls.from_float(torch.randn(70, 8, generator=g), block=16)]

@@ -1,0 +1,145 @@
+"""Ready-made fallbacks for ops a class has no handler for.
+
+Install one in a class body: ``__fallback__ = fallbacks.map_inner``. A fallback is a plain
+function ``(func, types, args, kwargs)`` like any handler.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import aliasing
+from .errors import UnsupportedOpError
+
+__all__ = ["map_inner", "to_plain", "raise_unsupported"]
+
+from .dispatch import raise_unsupported  # noqa: E402  (re-export: the default fallback)
+
+
+def _first_wrapper(args, kwargs):
+    from .base import WrapperTensor
+
+    for a in args:
+        if isinstance(a, WrapperTensor):
+            return a
+        if type(a) in (list, tuple):
+            for b in a:
+                if isinstance(b, WrapperTensor):
+                    return b
+    for a in kwargs.values():
+        if isinstance(a, WrapperTensor):
+            return a
+    return None
+
+
+def _swap(seq, cls, name):
+    out = []
+    for a in seq:
+        ta = type(a)
+        if ta is cls:
+            a = a.__dict__[name]
+        elif ta is list or ta is tuple:
+            a = ta(_swap(a, cls, name))
+        out.append(a)
+    return out
+
+
+def _swap_kw(kwargs, cls, name):
+    if not kwargs:
+        return kwargs
+    return {k: (v.__dict__[name] if type(v) is cls else v) for k, v in kwargs.items()}
+
+
+def wrap_like(tmpl, results):
+    """Wrap per-inner results (declaration order) into ``type(tmpl)`` instances."""
+    from .construct import from_parts
+
+    r0 = results[0]
+    if isinstance(r0, torch.Tensor):
+        cls = type(tmpl)
+        ctx = tmpl._kit_ctx
+        d = tmpl.__dict__
+        dtype = ctx.dtype
+        # An outer dtype that tracks the primary's (TwoTensor) follows it through the op
+        # (eq gives bool); one that differs (int8 data, float outer) is the class's own.
+        if dtype is d[cls._kit_inner_names[0]].dtype and r0.dtype is not dtype:
+            dtype = r0.dtype
+            ctx = ctx.replace(dtype=dtype)
+        return from_parts(
+            cls, tuple(results), ctx, r0.shape, r0.stride(), r0.storage_offset(), dtype, r0.device
+        )
+    if isinstance(r0, (list, tuple)):
+        return type(r0)(wrap_like(tmpl, list(parts)) for parts in zip(*results))
+    return r0
+
+
+def map_inner(func, types, args, kwargs):
+    """Run ``func`` on every inner tensor (TwoTensor style) and wrap the results.
+
+    The outer size of each result is the primary inner result's; meta values carry over.
+    Right for classes whose inner tensors all have the outer shape and meaning.
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit import WrapperTensor, inner, fallbacks
+        >>> class Pair(WrapperTensor):
+        ...     a: torch.Tensor = inner()
+        ...     b: torch.Tensor = inner()
+        ...     __fallback__ = fallbacks.map_inner
+        >>> p = Pair(torch.ones(2), torch.zeros(2)) * 3
+        >>> p.a.tolist(), p.b.tolist()
+        ([3.0, 3.0], [0.0, 0.0])
+    """
+    tmpl = _first_wrapper(args, kwargs)
+    cls = type(tmpl)
+    d = tmpl.__dict__
+    results = []
+    for name in cls._kit_inner_names:
+        if d[name] is None:
+            results.append(None)
+            continue
+        results.append(func(*_swap(args, cls, name), **_swap_kw(kwargs, cls, name)))
+    if aliasing.returns_input(func):
+        return aliasing.correct_aliasing(func, args, kwargs, None)
+    return aliasing.correct_aliasing(func, args, kwargs, wrap_like(tmpl, results))
+
+
+def _plain(x, func):
+    from .base import WrapperTensor
+
+    if isinstance(x, WrapperTensor):
+        if not hasattr(x, "to_plain"):
+            raise UnsupportedOpError(
+                f"{type(x).__qualname__} uses fallbacks.to_plain for {func} but defines no "
+                "to_plain() method; add `def to_plain(self): ...` returning the dense tensor."
+            )
+        return x.to_plain()
+    if type(x) in (list, tuple):
+        return type(x)(_plain(y, func) for y in x)
+    return x
+
+
+def to_plain(func, types, args, kwargs):
+    """Compute ``func`` on ``to_plain()`` of every wrapped argument; return plain tensors.
+
+    In-place ops on a wrapped argument are refused (the update would be lost on the dense
+    copy), and view ops return a copy, not a view.
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit.examples import ScaledTensor
+        >>> x = ScaledTensor.from_float(torch.tensor([[1.0, -2.0]]))
+        >>> type(torch.neg(x)).__name__
+        'Tensor'
+    """
+    from .base import WrapperTensor
+
+    for idx, name in aliasing.written_args(func):
+        target = args[idx] if idx < len(args) else kwargs.get(name)
+        if isinstance(target, WrapperTensor):
+            raise UnsupportedOpError(
+                f"{type(target).__qualname__} cannot run the in-place op {func} through "
+                "fallbacks.to_plain: the result would be written to a dense copy and lost. "
+                f"Register a handler with @{type(target).__qualname__}.implements({func})."
+            )
+    return func(*_plain(args, func), **{k: _plain(v, func) for k, v in kwargs.items()})

@@ -1,0 +1,124 @@
+"""The PT2 subclass protocol, derived from the class spec.
+
+The round-trip law every traceable wrapper subclass must satisfy, stated once:
+
+    names, ctx = t.__tensor_flatten__()
+    u = type(t).__tensor_unflatten__({n: getattr(t, n) for n in names}, ctx, size, stride)
+    => type(u) is type(t), u.__tensor_flatten__()[1] == ctx,
+       u.shape == size and u.stride() == stride for ANY size/stride torch passes
+       (real, fake, meta or symbolic), and getattr(u, n) is the tensor given for n.
+
+Dynamo re-creates inputs this way with fake inner tensors and symbolic outer sizes;
+AOTAutograd re-creates outputs and tangents this way at runtime. Everything here honours
+the outer size and stride it is given instead of re-deriving them from inner tensors.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+
+import torch
+
+from .construct import contiguous_strides, from_parts
+
+__all__ = [
+    "tensor_flatten",
+    "tensor_unflatten",
+    "stable_hash",
+    "rebuild",
+    "reduce_ex",
+    "deepcopy",
+    "wrapper_repr",
+]
+
+HASH_VERSION = 1
+
+
+def tensor_flatten(self):
+    ctx = self._kit_ctx
+    return list(ctx.present), ctx
+
+
+def tensor_unflatten(cls, inner_tensors, ctx, outer_size, outer_stride):
+    inners = tuple(inner_tensors.get(n) for n in cls._kit_inner_names)
+    primary = inners[0]
+    if outer_size is None:
+        outer_size = primary.shape
+        outer_stride = primary.stride() if outer_stride is None else outer_stride
+    elif outer_stride is None:
+        outer_stride = contiguous_strides(outer_size)
+    offset = primary.storage_offset() if primary.dim() == len(outer_size) else 0
+    return from_parts(cls, inners, ctx, outer_size, outer_stride, offset, ctx.dtype, primary.device)
+
+
+def _tensor_payload(t) -> object:
+    if hasattr(t, "_stable_hash_for_caching"):
+        return {"hash": t._stable_hash_for_caching()}
+    return {
+        "type": f"{type(t).__module__}.{type(t).__qualname__}",
+        "dtype": str(t.dtype),
+        "device": t.device.type,
+        "shape": [str(s) for s in t.shape],
+        "stride": [str(s) for s in t.stride()],
+        "requires_grad": bool(t.requires_grad),
+    }
+
+
+def stable_hash(self) -> str:
+    """sha256 of canonical JSON: class, ctx, outer and inner metadata. Same in every process
+    (no ``hash()``, ids or addresses); symbolic sizes enter by name (``s0``), so it also
+    serves dynamic-shape graphs, where pickling the sizes would fail."""
+    cls = type(self)
+    d = self.__dict__
+    payload = {
+        "v": HASH_VERSION,
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "ctx": self._kit_ctx.canonical(),
+        "shape": [str(s) for s in self.shape],
+        "stride": [str(s) for s in self.stride()],
+        "requires_grad": bool(self.requires_grad),
+        "inner": {n: _tensor_payload(d[n]) for n in self._kit_ctx.present},
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+
+def rebuild(cls, inners: dict, ctx, size, stride, requires_grad):
+    """Inverse of ``reduce_ex``; also the function ``torch.load(weights_only=True)`` must allow."""
+    out = tensor_unflatten(cls, inners, ctx, torch.Size(size), tuple(stride))
+    if requires_grad:
+        out.requires_grad_(True)
+    return out
+
+
+def reduce_ex(self, proto):
+    d = self.__dict__
+    inners = {n: d[n] for n in self._kit_ctx.present}
+    return (
+        rebuild,
+        (type(self), inners, self._kit_ctx, tuple(self.shape), tuple(self.stride()), self.requires_grad),
+    )
+
+
+def deepcopy(self, memo):
+    if id(self) in memo:
+        return memo[id(self)]
+    d = self.__dict__
+    inners = {n: copy.deepcopy(d[n], memo) for n in self._kit_ctx.present}
+    out = rebuild(type(self), inners, self._kit_ctx, self.shape, self.stride(), self.requires_grad)
+    memo[id(self)] = out
+    return out
+
+
+def wrapper_repr(self) -> str:
+    cls = type(self)
+    d = self.__dict__
+    parts = [f"{n}={d[n]!r}" for n in self._kit_ctx.present]
+    parts += [f"{n}={v!r}" for n, v in self._kit_ctx.fields]
+    parts.append(f"size={tuple(self.shape)}")
+    parts.append(f"dtype={self.dtype}")
+    if self.requires_grad:
+        parts.append("requires_grad=True")
+    body = ",\n  ".join(p.replace("\n", "\n  ") for p in parts)
+    return f"{cls.__name__}(\n  {body})"

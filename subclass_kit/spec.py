@@ -1,0 +1,184 @@
+"""The frozen per-class spec that ``WrapperTensor.__init_subclass__`` builds and validates.
+
+Every derived piece of the protocol (flatten, unflatten, construction, repr, hashing) reads
+this one spec, so no list of field names is ever written twice.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .ctx import RESERVED
+from .errors import FieldDeclarationError
+from .fields import MISSING, InnerField, MetaField
+
+__all__ = ["ClassSpec", "build_spec", "check_meta_value"]
+
+# Keyword arguments of the constructor that describe the outer tensor.
+OUTER_KWARGS = ("size", "stride", "dtype", "device", "requires_grad")
+
+
+@dataclass(frozen=True)
+class ClassSpec:
+    """Fields of one WrapperTensor subclass, in declaration order."""
+
+    qualname: str
+    fields: tuple  # InnerField | MetaField, declaration order
+    inner: tuple  # InnerField
+    meta: tuple  # MetaField
+    inner_names: tuple
+    meta_names: tuple
+    meta_defaults: tuple  # MISSING where none
+
+    @property
+    def primary(self) -> str:
+        return self.inner_names[0]
+
+    def __repr__(self) -> str:
+        parts = [f"{f.name}: inner{'(optional)' if f.optional else ''}" for f in self.inner]
+        parts += [
+            f"{f.name}: meta" + ("" if f.default is MISSING else f"(default={f.default!r})")
+            for f in self.meta
+        ]
+        return f"<spec of {self.qualname}: {', '.join(parts)}>"
+
+
+def _is_classvar(annotation: Any) -> bool:
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    return "ClassVar" in text
+
+
+def check_meta_value(owner: str, name: str, value: Any, *, where: str) -> None:
+    """Raise if a meta value could not serve as part of a guarded, cached, pickled ctx."""
+    if isinstance(value, torch.Tensor):
+        raise FieldDeclarationError(
+            f"{owner}.{name} is a meta field but {where} is a tensor "
+            f"({type(value).__name__} of shape {tuple(value.shape)}). Tensors in the ctx break "
+            f"fake-tensor tracing and caching; declare it with `{name}: torch.Tensor = inner()` "
+            "instead, or pass a Python value."
+        )
+    try:
+        hash(value)
+    except TypeError:
+        raise FieldDeclarationError(
+            f"{owner}.{name} is a meta field but {where} ({value!r}, a "
+            f"{type(value).__name__}) is not hashable. Dynamo guards meta values by == and "
+            "AOTAutograd hashes them: use a tuple instead of a list, a frozenset instead of a "
+            "set, or a frozen dataclass."
+        ) from None
+    try:
+        pickle.dumps(value)
+    except Exception as e:  # pickling raises many types
+        raise FieldDeclarationError(
+            f"{owner}.{name} is a meta field but {where} ({value!r}) cannot be pickled "
+            f"({type(e).__name__}: {e}). The compile caches pickle the ctx: use a value "
+            "defined at module level (not a lambda or a local class)."
+        ) from None
+
+
+def build_spec(cls: type, parent: ClassSpec | None, *, abstract: bool) -> ClassSpec:
+    """Collect and validate the fields declared on ``cls`` (plus those inherited)."""
+    qual = cls.__qualname__
+    own = dict(cls.__dict__)
+    annotations = own.get("__annotations__", {})
+    fields = list(parent.fields) if parent is not None else []
+    taken = {f.name for f in fields}
+
+    declared = []
+    for name, value in own.items():
+        if isinstance(value, (InnerField, MetaField)):
+            declared.append(name)
+    for name in annotations:
+        if name.startswith("__") or _is_classvar(annotations[name]):
+            continue
+        value = own.get(name, MISSING)
+        if not isinstance(value, (InnerField, MetaField)):
+            if value is MISSING:
+                hint = f"`{name}: ... = inner()` for a tensor or `{name}: ... = meta()` for constant metadata"
+            else:
+                hint = (
+                    f"`{name}: ... = meta(default={value!r})` for constant metadata, or "
+                    f"`{name}: ClassVar[...] = {value!r}` for a class attribute"
+                )
+            raise FieldDeclarationError(
+                f"{qual}.{name} is annotated but is neither an inner() nor a meta() field "
+                f"(got {type(value).__name__ if value is not MISSING else 'no value'}). Declare it as {hint}."
+            )
+    for name in declared:
+        if name not in annotations:
+            raise FieldDeclarationError(
+                f"{qual}.{name} is declared with {type(own[name]).__name__} but has no annotation; "
+                f"write `{name}: torch.Tensor = inner()` (or `{name}: int = meta(...)`) so the "
+                "declaration order is explicit."
+            )
+    for name in annotations:
+        spec = own.get(name)
+        if not isinstance(spec, (InnerField, MetaField)):
+            continue
+        if name in taken:
+            raise FieldDeclarationError(
+                f"{qual}.{name} redeclares a field inherited from a parent class; rename it."
+            )
+        if name.startswith("_"):
+            raise FieldDeclarationError(
+                f"{qual}.{name}: field names may not start with '_' (they are keyword "
+                "arguments of the constructor); rename it."
+            )
+        if name in OUTER_KWARGS:
+            raise FieldDeclarationError(
+                f"{qual}.{name}: '{name}' is a constructor keyword for the outer tensor "
+                f"({', '.join(OUTER_KWARGS)}); rename the field."
+            )
+        if hasattr(torch.Tensor, name):
+            raise FieldDeclarationError(
+                f"{qual}.{name}: the name shadows torch.Tensor.{name}, which torch itself "
+                "relies on; rename the field."
+            )
+        if isinstance(spec, MetaField):
+            if name in RESERVED:
+                raise FieldDeclarationError(
+                    f"{qual}.{name}: '{name}' is reserved on the ctx object "
+                    f"({', '.join(sorted(RESERVED))}); rename the meta field."
+                )
+            if spec.default is not MISSING:
+                check_meta_value(qual, name, spec.default, where="its default")
+                # deepcopy must give an equal value or dynamo's saved guard never matches.
+                if copy.deepcopy(spec.default) != spec.default:
+                    raise FieldDeclarationError(
+                        f"{qual}.{name}: the default {spec.default!r} is not equal to its own "
+                        "deepcopy; dynamo deep-copies the ctx for its guard. Give the type a "
+                        "value-based __eq__."
+                    )
+            spec = MetaField(default=spec.default, doc=spec.doc, name=name)
+        else:
+            spec = InnerField(optional=spec.optional, dtype=spec.dtype, doc=spec.doc, name=name)
+        fields.append(spec)
+        taken.add(name)
+
+    inner = tuple(f for f in fields if isinstance(f, InnerField))
+    meta = tuple(f for f in fields if isinstance(f, MetaField))
+    if not inner and not abstract:
+        raise FieldDeclarationError(
+            f"{qual} declares no inner tensor. A wrapper subclass holds at least one tensor: "
+            f"add e.g. `data: torch.Tensor = inner()` (the first one is the primary), or "
+            f"declare an intermediate base with `class {cls.__name__}(WrapperTensor, abstract=True)`."
+        )
+    if inner and inner[0].optional:
+        raise FieldDeclarationError(
+            f"{qual}.{inner[0].name}: the first inner field is the primary tensor (it gives the "
+            "default outer size, device and dtype) and cannot be optional; reorder the fields."
+        )
+    return ClassSpec(
+        qualname=qual,
+        fields=tuple(fields),
+        inner=inner,
+        meta=meta,
+        inner_names=tuple(f.name for f in inner),
+        meta_names=tuple(f.name for f in meta),
+        meta_defaults=tuple(f.default for f in meta),
+    )
