@@ -12,7 +12,7 @@ from . import _compat
 
 __all__ = ["correct_aliasing", "returns_input", "written_args"]
 
-_NONE = 0  # functional op: nothing to fix
+_NONE = FUNCTIONAL = 0  # plan of a functional op: nothing to fix
 _PLANS: dict = {}
 
 
@@ -89,6 +89,22 @@ def correct_aliasing(func, args, kwargs, out):
         idx, name = w[0]
         return _arg(args, kwargs, idx, name)
     return type(out)(_arg(args, kwargs, idx, name) for idx, name in w)
+
+
+def plan(func):
+    """The cached aliasing plan of ``func`` (``FUNCTIONAL`` when there is nothing to fix)."""
+    p = _PLANS.get(func)
+    if p is None:
+        p = _plan(func)
+    return p
+
+
+def is_functional(func) -> bool:
+    """True when ``func`` neither views nor writes its arguments (nothing to fix)."""
+    p = _PLANS.get(func)
+    if p is None:
+        p = _plan(func)
+    return p is _NONE
 
 
 def returns_input(func) -> bool:

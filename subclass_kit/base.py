@@ -22,10 +22,10 @@ from .spec import ClassSpec, build_spec
 
 __all__ = ["WrapperTensor"]
 
+_EMPTY: dict = {}  # shared empty kwargs; handlers must not mutate kwargs
+
 
 def _meta_property(name: str):
-    key = "_kit_m_" + name
-
     def fget(self):
         return self._kit_ctx.__getattr__(name)
 
@@ -113,7 +113,12 @@ class WrapperTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        return dispatch.torch_dispatch(cls, func, types, args, kwargs)
+        # Inlined (not a call into dispatch.py): this runs for every op on every instance.
+        try:
+            h = cls._kit_cache[func]
+        except KeyError:
+            h = dispatch.resolve(cls, func)
+        return h(func, types, args, _EMPTY if kwargs is None else kwargs)
 
     @classmethod
     def __inner_shapes__(cls, outer_size, ctx) -> dict:

@@ -36,8 +36,7 @@ def from_parts(cls, inners, ctx, size, stride, offset, dtype, device, requires_g
         requires_grad=requires_grad,
     )
     d = r.__dict__
-    for name, t in zip(cls._kit_inner_names, inners):
-        d[name] = t
+    d.update(zip(cls._kit_inner_names, inners))
     d["_kit_ctx"] = ctx
     return r
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from . import aliasing
+from . import _compat, aliasing
 from .construct import from_parts
 
 __all__ = ["builtin_handler", "is_outer_shaped"]
@@ -72,7 +72,14 @@ def _same_outer(func, args, kwargs, per_inner, device=None):
 
 
 def _detach(func, types, args, kwargs):
-    return _same_outer(func, args, kwargs, lambda t: func(t))
+    # detach and alias: the hottest built-ins (autograd detaches on every saved tensor).
+    x = args[0]
+    cls = type(x)
+    d = x.__dict__
+    inners = tuple([None if d[n] is None else func(d[n]) for n in cls._kit_inner_names])
+    out = from_parts(cls, inners, x._kit_ctx, x.shape, x.stride(), x.storage_offset(), x.dtype, x.device)
+    _compat.functionalize_unsafe_set(out, x)
+    return out
 
 
 def _clone(func, types, args, kwargs):
@@ -128,10 +135,15 @@ _BUILTINS = {
 }
 
 
-def builtin_handler(func):
+def builtin_handler(cls, func):
     h = _BUILTINS.get(func)
     if h is not None:
         return h
     if isinstance(func, torch._ops.OpOverload) and func.is_view:
+        if cls.__inner_shapes__.__func__ is cls._kit_default_inner_shapes:
+            # Every inner tensor has the outer shape by declaration: no per-call check.
+            from .fallbacks import map_inner
+
+            return map_inner
         return _view
     return None

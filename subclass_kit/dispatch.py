@@ -18,7 +18,7 @@ import torch
 from . import _compat
 from .errors import UnsupportedOpError
 
-__all__ = ["register_ops", "register_torch_functions", "torch_dispatch", "torch_function", "raise_unsupported"]
+__all__ = ["register_ops", "register_torch_functions", "resolve", "torch_function", "raise_unsupported"]
 
 _ALL_CLASSES: "weakref.WeakSet[type]" = weakref.WeakSet()
 
@@ -101,19 +101,16 @@ def _resolve(cls, func):
             return h
     from .defaults import builtin_handler
 
-    h = builtin_handler(func)
+    h = builtin_handler(cls, func)
     if h is not None:
         return h
     return cls.__fallback__
 
 
-def torch_dispatch(cls, func, types, args=(), kwargs=None):
-    """The ``__torch_dispatch__`` of every WrapperTensor subclass."""
-    try:
-        h = cls._kit_cache[func]
-    except KeyError:
-        h = cls._kit_cache[func] = _resolve(cls, func)
-    return h(func, types, args, {} if kwargs is None else kwargs)
+def resolve(cls, func):
+    """Find and cache the handler for ``func`` on ``cls`` (see the module docstring)."""
+    h = cls._kit_cache[func] = _resolve(cls, func)
+    return h
 
 
 def torch_function(cls, func, types, args=(), kwargs=None):

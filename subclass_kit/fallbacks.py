@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from . import aliasing
+from .construct import from_parts
 from .errors import UnsupportedOpError
 
 __all__ = ["map_inner", "to_plain", "raise_unsupported"]
@@ -17,8 +18,6 @@ from .dispatch import raise_unsupported  # noqa: E402  (re-export: the default f
 
 
 def _first_wrapper(args, kwargs):
-    from .base import WrapperTensor
-
     for a in args:
         if isinstance(a, WrapperTensor):
             return a
@@ -32,16 +31,14 @@ def _first_wrapper(args, kwargs):
     return None
 
 
+_SEQ = (list, tuple)
+
+
 def _swap(seq, cls, name):
-    out = []
-    for a in seq:
-        ta = type(a)
-        if ta is cls:
-            a = a.__dict__[name]
-        elif ta is list or ta is tuple:
-            a = ta(_swap(a, cls, name))
-        out.append(a)
-    return out
+    return [
+        a.__dict__[name] if type(a) is cls else (type(a)(_swap(a, cls, name)) if type(a) in _SEQ else a)
+        for a in seq
+    ]
 
 
 def _swap_kw(kwargs, cls, name):
@@ -52,8 +49,6 @@ def _swap_kw(kwargs, cls, name):
 
 def wrap_like(tmpl, results):
     """Wrap per-inner results (declaration order) into ``type(tmpl)`` instances."""
-    from .construct import from_parts
-
     r0 = results[0]
     if isinstance(r0, torch.Tensor):
         cls = type(tmpl)
@@ -93,20 +88,19 @@ def map_inner(func, types, args, kwargs):
     tmpl = _first_wrapper(args, kwargs)
     cls = type(tmpl)
     d = tmpl.__dict__
-    results = []
-    for name in cls._kit_inner_names:
-        if d[name] is None:
-            results.append(None)
-            continue
-        results.append(func(*_swap(args, cls, name), **_swap_kw(kwargs, cls, name)))
-    if aliasing.returns_input(func):
+    results = [
+        None if d[name] is None else func(*_swap(args, cls, name), **_swap_kw(kwargs, cls, name))
+        for name in cls._kit_inner_names
+    ]
+    plan = aliasing.plan(func)
+    if plan is aliasing.FUNCTIONAL:
+        return wrap_like(tmpl, results)
+    if plan.write_args is not None:
         return aliasing.correct_aliasing(func, args, kwargs, None)
     return aliasing.correct_aliasing(func, args, kwargs, wrap_like(tmpl, results))
 
 
 def _plain(x, func):
-    from .base import WrapperTensor
-
     if isinstance(x, WrapperTensor):
         if not hasattr(x, "to_plain"):
             raise UnsupportedOpError(
@@ -132,8 +126,6 @@ def to_plain(func, types, args, kwargs):
         >>> type(torch.neg(x)).__name__
         'Tensor'
     """
-    from .base import WrapperTensor
-
     for idx, name in aliasing.written_args(func):
         target = args[idx] if idx < len(args) else kwargs.get(name)
         if isinstance(target, WrapperTensor):
@@ -143,3 +135,6 @@ def to_plain(func, types, args, kwargs):
                 f"Register a handler with @{type(target).__qualname__}.implements({func})."
             )
     return func(*_plain(args, func), **{k: _plain(v, func) for k, v in kwargs.items()})
+
+
+from .base import WrapperTensor  # noqa: E402  (cycle: base imports dispatch imports us lazily)

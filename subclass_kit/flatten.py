@@ -37,12 +37,15 @@ HASH_VERSION = 1
 
 
 def tensor_flatten(self):
+    # Dynamo's guard on a wrapped input calls this on every call of the compiled function:
+    # ctx[4] is the tuple of present inner names (no property lookup).
     ctx = self._kit_ctx
-    return list(ctx.present), ctx
+    return list(ctx[4]), ctx
 
 
 def tensor_unflatten(cls, inner_tensors, ctx, outer_size, outer_stride):
-    inners = tuple(inner_tensors.get(n) for n in cls._kit_inner_names)
+    get = inner_tensors.get
+    inners = tuple([get(n) for n in cls._kit_inner_names])
     primary = inners[0]
     if outer_size is None:
         outer_size = primary.shape

@@ -1,0 +1,160 @@
+"""The one place where ``subclass_kit.testing`` touches private torch internals.
+
+The checker needs more of torch's machinery than the base class does (fake modes, shape
+environments, dynamo's counters and guard-failure log, AOTAutograd's default subclass
+hash); each piece is a thin alias here, so that a torch upgrade changes one file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass  # noqa: F401
+
+__all__ = [
+    "is_traceable_wrapper_subclass",
+    "fake_mode",
+    "shape_env",
+    "fresh_symint",
+    "symbolic_fake",
+    "sym_expr",
+    "same_storage",
+    "compile_counter",
+    "dynamo_reset",
+    "guard_failure_reasons",
+    "graph_break_reasons",
+    "GRAPH_BREAK_ERRORS",
+    "DATA_DEPENDENT_ERRORS",
+    "default_stable_hash",
+    "export",
+    "export_round_trip",
+    "is_fake",
+]
+
+
+def fake_mode(shape_env=None):
+    """A FakeTensorMode (static shapes unless a ShapeEnv is given)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=False)
+
+
+def shape_env():
+    """A ShapeEnv without duck sizing: equal sizes get distinct symbols, so a class that
+    reads the size of an inner tensor where it should read ``outer_size`` is told apart."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return ShapeEnv(duck_shape=False)
+
+
+def fresh_symint(env, value: int, name: str):
+    """A new backed SymInt with hint ``value`` in ``env``."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    src = ConstantSource(name)
+    sym = env.create_symbol(value, src, dynamic_dim=DimDynamic.DYNAMIC)
+    return env.create_symintnode(sym, hint=value, source=src)
+
+
+def symbolic_fake(mode, t, name: str):
+    """A fake copy of plain tensor ``t`` whose every dimension is a fresh symbol."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    ctx = StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim(), constraint_sizes=[None] * t.dim()
+    )
+    return mode.from_tensor(t, symbolic_context=ctx, source=ConstantSource(name))
+
+
+def sym_expr(v):
+    """The sympy expression behind a SymInt, or the int itself."""
+    node = getattr(v, "node", None)
+    return node.expr if node is not None else v
+
+
+def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when two tensors share a storage (also for wrapper subclasses' outer storage)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    try:
+        return StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def is_fake(t) -> bool:
+    from torch._subclasses.fake_tensor import is_fake as _is_fake
+
+    return bool(_is_fake(t))
+
+
+def compile_counter(backend: str):
+    """dynamo's counting backend wrapper (``.frame_count`` = number of compiled frames)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    return CompileCounterWithBackend(backend)
+
+
+def dynamo_reset() -> None:
+    torch._dynamo.reset()
+
+
+def guard_failure_reasons() -> list:
+    """Every recompile reason dynamo recorded since the last reset, oldest first."""
+    out = []
+    for reasons in torch._dynamo.guard_failures.values():
+        out.extend(str(r) for r in reasons)
+    return out
+
+
+def graph_break_reasons(fn, *args) -> list:
+    """Run ``torch._dynamo.explain`` on ``fn(*args)``; the graph-break reasons, one line each."""
+    torch._dynamo.reset()
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            ex = torch._dynamo.explain(fn)(*args)
+    finally:
+        torch._dynamo.reset()
+    return [str(b.reason).strip().splitlines()[0] for b in ex.break_reasons]
+
+
+def _errors():
+    import torch._dynamo.exc as exc
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    return (
+        (exc.Unsupported, exc.UserError),
+        (GuardOnDataDependentSymNode, DataDependentOutputException, DynamicOutputShapeException),
+    )
+
+
+GRAPH_BREAK_ERRORS, DATA_DEPENDENT_ERRORS = _errors()
+
+
+def default_stable_hash(t) -> str:
+    """The hash AOTAutograd's cache uses for a wrapped tensor without ``_stable_hash_for_caching``."""
+    import warnings
+
+    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCachePickler
+
+    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return AOTAutogradCachePickler(gm)._default_stable_hash_for_caching(t)
+
+
+def export(module, args, *, strict: bool = False):
+    return torch.export.export(module, args, strict=strict)
+
+
+def export_round_trip(ep):
+    """``torch.export.save`` then ``torch.export.load`` through memory."""
+    buf = io.BytesIO()
+    torch.export.save(ep, buf)
+    buf.seek(0)
+    return torch.export.load(buf)

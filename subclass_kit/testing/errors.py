@@ -1,0 +1,26 @@
+"""Errors raised by ``subclass_kit.testing``.
+
+Each also subclasses the matching builtin, so a test runner that knows nothing about the
+kit still reports them properly (``SubclassCheckError`` is an ``AssertionError``).
+"""
+
+from __future__ import annotations
+
+from ..errors import SubclassKitError
+
+__all__ = ["SubclassCheckError", "SamplesError"]
+
+
+class SubclassCheckError(SubclassKitError, AssertionError):
+    """``CheckReport.raise_if_failed()`` found failing checks; the message lists every one.
+
+    ``.report`` holds the whole :class:`~subclass_kit.testing.CheckReport`.
+    """
+
+    def __init__(self, message: str, report=None):
+        super().__init__(message)
+        self.report = report
+
+
+class SamplesError(SubclassKitError, TypeError):
+    """``check_subclass`` was given something it cannot turn into wrapped-tensor samples."""
