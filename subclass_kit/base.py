@@ -94,7 +94,7 @@ class WrapperTensor(torch.Tensor):
                 "its qualified name: AOTAutograd's cache will be bypassed for graphs that take "
                 "it (and pickling it fails). Define it at module level.",
                 LocalClassWarning,
-                stacklevel=3,
+                stacklevel=2,
             )
 
     def __new__(cls, *args: Any, **kwargs: Any):

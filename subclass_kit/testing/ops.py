@@ -1,0 +1,203 @@
+"""The ops a conformance run exercises: a default catalog, the class's own registrations,
+and whatever the caller passes as ``ops=``.
+
+An :class:`OpCase` knows how to call one op on a sample (the same call works on the dense
+reference), what kind of op it is (view, in-place, functional), and whether the class must
+support it (``required``: torch's own machinery calls it, or the class or the caller
+claimed it) or may decline it with NotImplementedError (then the row is a skip).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+__all__ = ["OpCase", "default_cases", "user_cases", "op_name"]
+
+aten = torch.ops.aten
+
+VIEW, INPLACE, FUNCTIONAL = "view", "inplace", "functional"
+
+
+def op_name(op) -> str:
+    """``aten.mul.Tensor`` for an OpOverload, ``aten.mul`` for a packet, else the qualname.
+
+    Example:
+        >>> import torch
+        >>> op_name(torch.ops.aten.mul.Tensor), op_name(torch.neg)
+        ('aten.mul.Tensor', 'neg')
+    """
+    if isinstance(op, torch._ops.OpOverload):
+        ns, rest = op.name().split("::")
+        name, _, overload = rest.partition(".")
+        return f"{ns}.{name}.{overload or 'default'}"
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return f"aten.{op.__name__}" if "::" not in str(op) else str(op).replace("::", ".")
+    return getattr(op, "__qualname__", None) or getattr(op, "__name__", None) or repr(op)
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """One op call to exercise: ``call(x)`` runs it on a sample or on its dense value."""
+
+    label: str
+    op: object
+    args: Callable  # x -> tuple of positional args
+    kind: str = FUNCTIONAL
+    required: bool = False
+    why: str = ""  # why it is required (for the message)
+    applies: Callable = field(default=lambda x: True)
+    twin: object = None  # the out-of-place op of an in-place one
+    differentiable: bool = False
+
+    def call(self, x):
+        if self.kind == INPLACE:
+            y = x.clone()
+            return self.op(*self.args(x, y))
+        return self.op(*self.args(x))
+
+    def call_twin(self, x):
+        """The out-of-place counterpart of an in-place case (same arguments)."""
+        return self.twin(*self.args(x, x))
+
+
+def _kind(op) -> str:
+    if isinstance(op, torch._ops.OpOverload):
+        if op.is_view:
+            return VIEW
+        if op._schema.is_mutable:
+            return INPLACE
+    return FUNCTIONAL
+
+
+def _floating(x) -> bool:
+    return x.dtype.is_floating_point
+
+
+def _dims(n):
+    return lambda x: x.dim() >= n
+
+
+def _matrix(x) -> bool:
+    return x.dim() == 2 and x.dtype.is_floating_point
+
+
+def _half_rows(x):
+    return max(1, x.size(0) // 2)
+
+
+_REQ_DETACH = "autograd and torch.compile detach inputs and outputs"
+_REQ_CLONE = "copy.deepcopy, torch.compile (mutated inputs) and autograd clone tensors"
+
+
+def catalog() -> list:
+    """The default cases, in the order rows are reported."""
+    return [
+        OpCase("aten.detach.default(x)", aten.detach.default, lambda x: (x,), VIEW, True, _REQ_DETACH),
+        OpCase("aten.clone.default(x)", aten.clone.default, lambda x: (x,), FUNCTIONAL, True, _REQ_CLONE),
+        OpCase("aten.t.default(x)", aten.t.default, lambda x: (x,), VIEW, applies=lambda x: x.dim() == 2),
+        OpCase("aten.transpose.int(x, 0, 1)", aten.transpose.int, lambda x: (x, 0, 1), VIEW, applies=_dims(2)),
+        OpCase(
+            "aten.slice.Tensor(x, 0, 0, n//2)",
+            aten.slice.Tensor,
+            lambda x: (x, 0, 0, _half_rows(x)),
+            VIEW,
+            applies=lambda x: x.dim() >= 1 and x.size(0) >= 2,
+        ),
+        OpCase("aten.add.Tensor(x, x)", aten.add.Tensor, lambda x: (x, x), applies=_floating, differentiable=True),
+        OpCase("aten.mul.Tensor(x, 2.0)", aten.mul.Tensor, lambda x: (x, 2.0), applies=_floating, differentiable=True),
+        OpCase("aten.mul.Tensor(x, x)", aten.mul.Tensor, lambda x: (x, x), applies=_floating, differentiable=True),
+        OpCase("aten.neg.default(x)", aten.neg.default, lambda x: (x,), applies=_floating, differentiable=True),
+        OpCase("aten.sum.default(x)", aten.sum.default, lambda x: (x,), applies=_floating, differentiable=True),
+        OpCase("aten.mm.default(x, x.t())", aten.mm.default, lambda x: (x, x.t()), applies=_matrix, differentiable=True),
+        OpCase(
+            "aten.add_.Tensor(x.clone(), x)",
+            aten.add_.Tensor,
+            lambda x, y: (y, x),
+            INPLACE,
+            applies=_floating,
+            twin=aten.add.Tensor,
+        ),
+        OpCase(
+            "aten.mul_.Tensor(x.clone(), 2.0)",
+            aten.mul_.Tensor,
+            lambda x, y: (y, 2.0),
+            INPLACE,
+            applies=_floating,
+            twin=aten.mul.Tensor,
+        ),
+    ]
+
+
+def _registered_ops(cls) -> set:
+    """Aten ops a kit class (or a parent) registered with ``implements``."""
+    out = set()
+    for klass in cls.__mro__:
+        own = klass.__dict__.get("_kit_own_ops")
+        if own:
+            out.update(own)
+    return out
+
+
+def _unary_schema(op) -> bool:
+    try:
+        args = op._schema.arguments
+    except AttributeError:
+        return False
+    required = [a for a in args if not a.has_default_value() and not a.kwarg_only]
+    return len(required) == 1 and str(required[0].type) == "Tensor"
+
+
+def default_cases(cls) -> list:
+    """The catalog, with ops the class registers marked required, plus its other
+    registered single-tensor ops called as ``op(x)``."""
+    registered = _registered_ops(cls)
+    packets = {getattr(op, "overloadpacket", op) for op in registered}
+    cases = []
+    for c in catalog():
+        claimed = c.op in registered or getattr(c.op, "overloadpacket", None) in packets
+        if claimed and not c.required:
+            c = OpCase(**{**c.__dict__, "required": True, "why": f"{cls.__qualname__} registers it"})
+        cases.append(c)
+    known = {c.op for c in cases}
+    for op in sorted(registered, key=op_name):
+        if isinstance(op, torch._ops.OpOverloadPacket):
+            op = getattr(op, "default", None)
+        if op is None or op in known or not _unary_schema(op):
+            continue
+        known.add(op)
+        kind = _kind(op)
+        if kind == INPLACE:
+            continue  # an in-place op needs its twin to be judged; callers may pass it in ops=
+        cases.append(
+            OpCase(f"{op_name(op)}(x)", op, lambda x: (x,), kind, True, f"{cls.__qualname__} registers it")
+        )
+    return cases
+
+
+def user_cases(ops) -> list:
+    """Cases for ``ops=[...]``: aten overloads or callables, each called as ``op(x)``."""
+    cases = []
+    for op in ops:
+        if isinstance(op, torch._ops.OpOverloadPacket):
+            op = op.default
+        if not callable(op):
+            raise TypeError(f"ops= takes aten overloads or callables; got {op!r}")
+        kind = _kind(op)
+        if kind == INPLACE:
+            twin = _functional_twin(op)
+            cases.append(
+                OpCase(f"{op_name(op)}(x.clone())", op, lambda x, y: (y,), INPLACE, True, "passed in ops=", twin=twin)
+            )
+        else:
+            cases.append(OpCase(f"{op_name(op)}(x)", op, lambda x: (x,), kind, True, "passed in ops="))
+    return cases
+
+
+def _functional_twin(op):
+    name = op._schema.name.split("::")[1]
+    base = name[:-1] if name.endswith("_") else name
+    packet = getattr(aten, base, None)
+    return getattr(packet, op._overloadname, None) if packet is not None else None

@@ -1,0 +1,234 @@
+"""``check_subclass``: run every family of checks on each subject and collect a report.
+
+A family module exposes ``plan(run) -> list[Check]``. A check is a function of the
+:class:`Run` that returns a note (pass), raises :class:`Skip` (with the reason) or
+:class:`Fail` (what is wrong, and the fix); any other exception fails the row with the
+exception named. Checks may name other checks they ``requires``; when one of those did
+not pass, the dependent check is skipped and says so instead of failing twice.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from . import _compat
+from .ops import default_cases, user_cases
+from .report import FAIL, PASS, SKIP, CheckReport, CheckRow
+from .subject import Subject, resolve
+
+__all__ = ["check_subclass", "check_subjects", "Check", "Fail", "Skip", "Run", "BACKENDS"]
+
+BACKENDS = ("eager", "aot_eager", "inductor")
+
+
+class Skip(Exception):
+    """The check does not apply (the reason says why)."""
+
+
+class Fail(Exception):
+    """The check failed: ``what`` is wrong, ``fix`` says how to repair it."""
+
+    def __init__(self, what: str, fix: str = ""):
+        self.what, self.fix = what.rstrip(), fix.rstrip()
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        what = self.what if self.what.endswith((".", ")", "?")) else self.what + "."
+        return f"{what} Fix: {self.fix}" if self.fix else what
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    fn: Callable
+    requires: tuple = ()
+
+
+@dataclass
+class Run:
+    """Everything a check may read: the subject, the options, and results of earlier checks."""
+
+    subject: Subject
+    cases: list
+    backends: tuple
+    dynamic: bool
+    backward: bool
+    export: bool
+    serialization: bool
+    status: dict = field(default_factory=dict)  # check name -> status
+    passed_cases: list = field(default_factory=list)  # OpCases that passed eager
+    state: dict = field(default_factory=dict)  # free-form, per family
+
+    @property
+    def cls(self):
+        return self.subject.cls
+
+    @property
+    def name(self) -> str:
+        return self.subject.name
+
+    @property
+    def samples(self) -> list:
+        return self.subject.samples
+
+    @property
+    def first(self):
+        return self.subject.samples[0]
+
+    def compile_backend(self) -> str:
+        """The backend for the extra compile checks (dynamic, meta change, backward):
+        ``aot_eager`` when selected (it runs AOTAutograd, cheaply), else the first one."""
+        if "aot_eager" in self.backends:
+            return "aot_eager"
+        return self.backends[0]
+
+
+def _families():
+    from . import autograd, compiled, ctx, dynamic, eager, export, identity, objects, protocol, serialization
+
+    return (protocol, ctx, identity, eager, compiled, dynamic, autograd, export, serialization, objects)
+
+
+def _selected(name: str, only) -> bool:
+    if not only:
+        return True
+    return any(name == o or name.startswith(o + ".") or name.startswith(o + "[") for o in only)
+
+
+def _unexpected(e: BaseException) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    where = ""
+    for fr in reversed(tb):
+        if "/subclass_kit/testing/" not in fr.filename.replace("\\", "/"):
+            where = f" (at {fr.filename}:{fr.lineno} in {fr.name})"
+            break
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"raised {type(e).__name__}: {first}{where}"
+
+
+def _run_one(run: Run, check: Check) -> CheckRow:
+    missing = [r for r in check.requires if run.status.get(r) not in (None, PASS)]
+    t0 = time.perf_counter()
+    if missing:
+        status, msg = SKIP, f"skipped because {', '.join(missing)} did not pass"
+    else:
+        try:
+            note = check.fn(run)
+            status, msg = PASS, (note or "")
+        except Skip as e:
+            status, msg = SKIP, str(e)
+        except Fail as e:
+            status, msg = FAIL, e.message
+        except Exception as e:
+            status, msg = FAIL, _unexpected(e)
+    secs = time.perf_counter() - t0
+    run.status[check.name] = status
+    return CheckRow(check.name, status, secs, msg, subject=run.name)
+
+
+def check_subjects(
+    subjects: Iterable[Subject],
+    *,
+    ops=None,
+    backends=BACKENDS,
+    dynamic=True,
+    backward=True,
+    export=True,
+    serialization=True,
+    only=None,
+    on_row=None,
+) -> list:
+    """Run the battery on already-resolved subjects; one :class:`CheckReport` per subject."""
+    backends = tuple(backends)
+    reports = []
+    for subject in subjects:
+        cases = user_cases(ops) if ops is not None else default_cases(subject.cls)
+        run = Run(subject, cases, backends, dynamic, backward, export, serialization)
+        report = CheckReport(subject.name)
+        plan = []
+        for family in _families():
+            plan.extend(c for c in family.plan(run) if _selected(c.name, only))
+        try:
+            for check in plan:
+                row = _run_one(run, check)
+                report.rows.append(row)
+                if on_row is not None:
+                    on_row(row)
+        finally:
+            for cleanup in run.state.pop("cleanups", []):
+                cleanup()
+            _compat.dynamo_reset()
+        reports.append(report)
+    return reports
+
+
+def check_subclass(
+    samples,
+    *,
+    ops=None,
+    backends=BACKENDS,
+    dynamic: bool = True,
+    backward: bool = True,
+    export: bool = True,
+    serialization: bool = True,
+    only=None,
+    on_row=None,
+) -> CheckReport:
+    """Check that a wrapper tensor subclass is compile-ready; say what is wrong if not.
+
+    Runs, on every sample: the flatten/unflatten round trip on real, fake, meta and
+    symbolic tensors (with a non-contiguous outer stride); the ctx (hashable, immutable,
+    tensor-free, picklable, equal after a round trip); the class importable by its
+    qualified name and ``_stable_hash_for_caching`` equal in another process; eager ops
+    against ``to_plain()`` (views alias, in-place ops update every inner tensor);
+    ``torch.compile(fullgraph=True)`` per backend against eager with no graph break; a
+    dynamic-shape sweep that compiles once; a meta change that recompiles and stays
+    right; backward against the dense computation, eager and compiled; ``torch.export``;
+    ``torch.save``/``torch.load(weights_only=True)``; deepcopy; repr.
+
+    Args:
+        samples: an instance, a list of instances, a zero-argument factory, or a class
+            with a ``__samples__()`` classmethod. Samples of several classes give rows for
+            each (all in one report, the subject naming the classes).
+        ops: aten overloads or callables to exercise, each called as ``op(sample)``;
+            default: a catalog of common ops plus the ops the class registers.
+        backends: ``torch.compile`` backends to check.
+        dynamic, backward, export, serialization: turn those families off.
+        only: check names or prefixes to run (e.g. ``["protocol", "ctx.hashable"]``).
+        on_row: called with each :class:`CheckRow` as soon as it completes.
+
+    Returns:
+        A :class:`CheckReport`; ``.ok``, ``.rows``, ``.raise_if_failed()``.
+
+    Example:
+        >>> import torch
+        >>> from torch.testing._internal.two_tensor import TwoTensor
+        >>> from subclass_kit.testing import check_subclass
+        >>> x = TwoTensor(torch.randn(4, 6), torch.randn(4, 6))
+        >>> report = check_subclass(x, backends=("eager",), only=["protocol", "ctx"])
+        >>> report.ok, report.row("ctx.hashable").status
+        (True, 'pass')
+    """
+    subjects = resolve(samples)
+    reports = check_subjects(
+        subjects,
+        ops=ops,
+        backends=backends,
+        dynamic=dynamic,
+        backward=backward,
+        export=export,
+        serialization=serialization,
+        only=only,
+        on_row=on_row,
+    )
+    if len(reports) == 1:
+        return reports[0]
+    merged = CheckReport(" + ".join(r.subject for r in reports))
+    for r in reports:
+        merged.rows.extend(r.rows)
+    return merged
+
