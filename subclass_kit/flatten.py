@@ -87,9 +87,12 @@ def stable_hash(self) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-def rebuild(cls, inners: dict, ctx, size, stride, requires_grad):
+def rebuild(cls, inners: dict, ctx, size, stride, requires_grad, is_param=False):
     """Inverse of ``reduce_ex``; also the function ``torch.load(weights_only=True)`` must allow."""
     out = tensor_unflatten(cls, inners, ctx, torch.Size(size), tuple(stride))
+    if is_param:
+        # nn.Parameter(wrapper) keeps the wrapper's type and sets _is_param; keep that too.
+        return torch.nn.Parameter(out, requires_grad=requires_grad)
     if requires_grad:
         out.requires_grad_(True)
     return out
@@ -100,7 +103,15 @@ def reduce_ex(self, proto):
     inners = {n: d[n] for n in self._kit_ctx.present}
     return (
         rebuild,
-        (type(self), inners, self._kit_ctx, tuple(self.shape), tuple(self.stride()), self.requires_grad),
+        (
+            type(self),
+            inners,
+            self._kit_ctx,
+            tuple(self.shape),
+            tuple(self.stride()),
+            self.requires_grad,
+            bool(getattr(self, "_is_param", False)),
+        ),
     )
 
 
@@ -109,7 +120,15 @@ def deepcopy(self, memo):
         return memo[id(self)]
     d = self.__dict__
     inners = {n: copy.deepcopy(d[n], memo) for n in self._kit_ctx.present}
-    out = rebuild(type(self), inners, self._kit_ctx, self.shape, self.stride(), self.requires_grad)
+    out = rebuild(
+        type(self),
+        inners,
+        self._kit_ctx,
+        self.shape,
+        self.stride(),
+        self.requires_grad,
+        bool(getattr(self, "_is_param", False)),
+    )
     memo[id(self)] = out
     return out
 
