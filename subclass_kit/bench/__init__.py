@@ -39,7 +39,7 @@ def markdown_table(rows: list) -> str:
     return "\n".join(lines)
 
 
-def main(quick: bool = False, out: str = "bench-out") -> list:
+def main(quick: bool = False, out: str = "bench-out", suites=SUITES) -> list:
     """Run every available suite; write JSON, Markdown and PNG into ``out``; return the rows.
 
     Example:
@@ -50,7 +50,7 @@ def main(quick: bool = False, out: str = "bench-out") -> list:
     os.makedirs(out, exist_ok=True)
     rows: list = []
     skipped = []
-    for name in SUITES:
+    for name in suites:
         try:
             mod = importlib.import_module(f"{__name__}.{name}")
         except ImportError as e:
