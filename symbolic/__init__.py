@@ -2,7 +2,11 @@
 
 Layer: imports torch and sympy only; never ``subclass_kit`` or ``guards``. Works on any
 traceable wrapper subclass (``__tensor_flatten__`` / ``__tensor_unflatten__``); classes
-that also define ``__inner_shapes__(outer_size, ctx)`` get exact relations.
+that also define ``__inner_shapes__(outer_size, ctx)`` get exact relations. Torch-private
+names are reached only through ``symbolic._compat``.
+
+``symbolic.sources`` is both the module of source objects and, called, the function
+``sources(t, name="x")``.
 """
 
 from .arith import ceil_div as ceil_div, floor_div as floor_div, sym_max as sym_max, sym_min as sym_min
@@ -15,4 +19,17 @@ from .sources import (
     Source as Source,
     StorageOffsetSource as StorageOffsetSource,
     StrideSource as StrideSource,
+    ViewBaseSource as ViewBaseSource,
 )
+from .errors import (
+    PolicyError as PolicyError,
+    PolicyTypeError as PolicyTypeError,
+    RelationError as RelationError,
+    SymbolicError as SymbolicError,
+)
+from .dims import Dim as Dim
+from .policy import SubclassPolicy as SubclassPolicy
+from .protocol import walk as walk
+from .relations import relations as relations, size_symbol as size_symbol
+from .planning import plan as plan
+from .marking import apply as apply, mark_dynamic as mark_dynamic, marks as marks

@@ -9,6 +9,8 @@ dynamo says.
 
 from __future__ import annotations
 
+import sys
+import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +23,8 @@ __all__ = [
     "SizeSource",
     "StrideSource",
     "StorageOffsetSource",
+    "ViewBaseSource",
+    "sources",
 ]
 
 
@@ -86,6 +90,23 @@ class ItemSource(Source):
 
 
 @dataclass(frozen=True, slots=True)
+class ViewBaseSource(Source):
+    """The base of a view: ``ViewBaseSource(InnerSource("qdata"))`` is ``L['x'].qdata._base``.
+
+    Dynamo fakeifies a view together with its base and guards on the base's sizes under
+    this name.
+    """
+
+    base: Source = ROOT
+
+    def __call__(self, root):
+        return self.base(root)._base
+
+    def render(self, root_expr):
+        return f"{self.base.render(root_expr)}._base"
+
+
+@dataclass(frozen=True, slots=True)
 class SizeSource(Source):
     """``SizeSource(InnerSource("scale"), 0)`` is ``L['x'].scale.size()[0]``."""
 
@@ -124,3 +145,46 @@ class StorageOffsetSource(Source):
 
     def render(self, root_expr):
         return f"{self.base.render(root_expr)}.storage_offset()"
+
+
+def sources(t: Any, name: str = "x") -> dict[str, Source]:
+    """Every size, stride and storage offset reachable in ``t``, keyed as dynamo names them.
+
+    The outer tensor first, then each inner tensor in ``__tensor_flatten__`` order,
+    recursively; per tensor its sizes, strides and storage offset, and those of its
+    ``_base`` when it is a view (dynamo guards on view bases too). Keys are the rendered
+    names (``L['x'].scale.size()[0]``), values the sources that fetch them. Also reachable as
+    ``symbolic.sources(t, name)``: this module is callable.
+
+    Example:
+        >>> import torch
+        >>> list(sources(torch.ones(2, 3)))
+        ["L['x'].size()[0]", "L['x'].size()[1]", "L['x'].stride()[0]", "L['x'].stride()[1]", "L['x'].storage_offset()"]
+    """
+    from .protocol import walk  # protocol imports this module; import late to avoid the cycle
+
+    out: dict[str, Source] = {}
+
+    def add(src: Source, tensor) -> None:
+        n = tensor.dim()
+        for s in [SizeSource(src, i) for i in range(n)] + [StrideSource(src, i) for i in range(n)]:
+            out[s.name(name)] = s
+        off = StorageOffsetSource(src)
+        out[off.name(name)] = off
+
+    for src, tensor in walk(t):
+        add(src, tensor)
+        if tensor._is_view():
+            add(ViewBaseSource(src), tensor._base)
+    return out
+
+
+class _CallableModule(types.ModuleType):
+    # The contract names both this module (`symbolic.sources.SizeSource`) and a function
+    # (`symbolic.sources(t, name="x")`). A callable module keeps both spellings working,
+    # including `import symbolic.sources as m`, which a function shadowing it would break.
+    def __call__(self, t: Any, name: str = "x") -> dict[str, Source]:
+        return sources(t, name)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,124 @@
+"""Every torch-private name ``symbolic`` touches, in one place.
+
+When torch moves one of these, this is the only file to change. Nothing here decides
+policy; it only reaches into torch.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import sympy
+import torch
+from torch._dynamo import mark_dynamic as _torch_mark_dynamic
+from torch._dynamo import mark_static as _torch_mark_static
+from torch._dynamo import maybe_mark_dynamic as _torch_maybe_mark_dynamic
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass as _is_traceable
+
+__all__ = [
+    "is_traceable_wrapper_subclass",
+    "torch_mark",
+    "mark_self",
+    "read_marks",
+    "bound",
+]
+
+# Attributes torch's marking functions leave on a tensor (torch/_dynamo/decorators.py).
+# Read by `read_marks`; `mark_self` copies whatever torch sets, so it needs no list.
+_DYNAMIC = "_dynamo_dynamic_indices"
+_DYNAMIC_RANGE = "_dynamo_dynamic_range"
+_WEAK = "_dynamo_weak_dynamic_indices"
+_STATIC = "_dynamo_static_indices"
+_EXTRA_MARK_ATTRS = ("_specialize_on", "_has_dynamo_dim_marking")
+
+_TORCH_FN = {
+    "dynamic": _torch_mark_dynamic,
+    "static": _torch_mark_static,
+    "auto": _torch_maybe_mark_dynamic,
+}
+
+
+def is_traceable_wrapper_subclass(t: Any) -> bool:
+    """True for a tensor whose class implements ``__tensor_flatten__``/``__tensor_unflatten__``."""
+    return _is_traceable(t)
+
+
+def torch_mark(t: torch.Tensor, kind: str, dims, *, min=None, max=None) -> None:
+    """Call torch's own marking function for ``kind`` (``dynamic``/``static``/``auto``).
+
+    On a wrapper subclass torch mirrors the mark onto every inner tensor of the same
+    dimensionality; that is torch's behaviour and what ``inner="same_dim"`` asks for.
+    """
+    fn = _TORCH_FN[kind]
+    if kind == "dynamic":
+        fn(t, dims, min=min, max=max)
+    else:
+        fn(t, dims)
+
+
+def _own_marks(t: torch.Tensor) -> dict[str, Any]:
+    return {
+        k: v
+        for k, v in vars(t).items()
+        if k.startswith("_dynamo_") or k in _EXTRA_MARK_ATTRS
+    }
+
+
+def mark_self(t: torch.Tensor, kind: str, dim: int, *, min=None, max=None) -> None:
+    """Mark one dim of ``t`` itself, exactly as torch would, without touching its inners.
+
+    torch's ``mark_dynamic`` on a wrapper subclass also marks every same-dim inner tensor,
+    with no way to opt out. We run torch's function on a meta stand-in of the same shape
+    that carries ``t``'s existing marks, then copy the resulting attributes back: ``t`` ends
+    up with precisely the attributes torch itself sets, whatever their names in this torch
+    version, and its inner tensors are left alone.
+    """
+    if not _is_traceable(t):
+        torch_mark(t, kind, dim, min=min, max=max)
+        return
+    stand_in = torch.empty_strided(tuple(t.size()), tuple(t.stride()), device="meta")
+    for k, v in _own_marks(t).items():
+        setattr(stand_in, k, copy.copy(v))
+    torch_mark(stand_in, kind, dim, min=min, max=max)
+    for k, v in _own_marks(stand_in).items():
+        setattr(t, k, v)
+
+
+def read_marks(t: torch.Tensor) -> dict[int, tuple[str, int | None, int | None]]:
+    """The marks ``t`` itself carries: ``{dim: (kind, min, max)}``.
+
+    Precedence is dynamo's (``variables/builder.py``): dynamic over weak (auto) over static.
+    """
+    out: dict[int, tuple[str, int | None, int | None]] = {}
+    for d in getattr(t, _STATIC, ()):
+        out[d] = ("static", None, None)
+    for d in getattr(t, _WEAK, ()):
+        out[d] = ("auto", None, None)
+    ranges = {r.dim: r for r in getattr(t, _DYNAMIC_RANGE, ())}
+    for d in getattr(t, _DYNAMIC, ()):
+        r = ranges.get(d)
+        out[d] = ("dynamic", getattr(r, "min", None), getattr(r, "max", None))
+    return out
+
+
+def bound(expr: sympy.Expr, ranges: dict[sympy.Symbol, tuple[int | None, int | None]]):
+    """Sound integer bounds ``(lo, hi)`` of ``expr`` given symbol ranges (None = unbounded)."""
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    vr = {
+        s: ValueRanges(sympy.Integer(lo) if lo is not None else sympy.Integer(0),
+                       sympy.Integer(hi) if hi is not None else sympy.oo)
+        for s, (lo, hi) in ranges.items()
+    }
+    out = bound_sympy(expr, vr)
+    lo = _finite_int(out.lower, ceil=True)
+    hi = _finite_int(out.upper, ceil=False)
+    return lo, hi
+
+
+def _finite_int(v, *, ceil: bool):
+    # Infinite bounds come back as sympy.oo or torch's own int_oo; only rationals are finite.
+    if not isinstance(v, sympy.Rational):
+        return None
+    return int(sympy.ceiling(v) if ceil else sympy.floor(v))

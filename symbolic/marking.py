@@ -1,0 +1,152 @@
+"""``mark_dynamic``, ``apply`` and ``marks``: policies in and out of torch's own marks.
+
+Everything is done with torch's marking functions (``mark_dynamic``, ``mark_static``,
+``maybe_mark_dynamic``), so dynamo allocates the symbols itself and guards on the marks as
+it always does. Marks are additive, as torch's are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from . import _compat
+from .dims import Dim
+from .errors import PolicyTypeError
+from .planning import _outer_dims, plan, resolve_dims
+from .policy import SubclassPolicy
+from .protocol import get_inner, inner_items, is_wrapper, where
+from .sources import ROOT, InnerSource, Source
+
+__all__ = ["mark_dynamic", "apply", "marks"]
+
+
+def mark_dynamic(t: torch.Tensor, dims: Any, *, min: int | None = None, max: int | None = None,
+                 inner: Any = "derived") -> SubclassPolicy:
+    """Mark outer dims of ``t`` dynamic and decide, per inner tensor, what that implies.
+
+    ``inner="derived"`` (default) makes an inner dim dynamic exactly when ``__inner_shapes__``
+    (or, without it, equal sizes at the same index) ties it to a dynamic outer dim, carrying
+    ``min``/``max`` through the relation; other inner dims stay static. ``"same_dim"`` is
+    torch's ``torch._dynamo.mark_dynamic`` (same marks on every inner of the same rank),
+    ``"none"`` marks the outer tensor only, and ``{name: dims | SubclassPolicy}`` overrides
+    named inners (the rest derived).
+
+    Args:
+        t: a plain or wrapped tensor.
+        dims: an int, a sequence of ints (negative allowed), or ``{dim: Dim}``.
+        min, max: the range of bare dims, as in torch.
+        inner: see above.
+
+    Returns:
+        The ``SubclassPolicy`` applied (see ``plan``).
+
+    Raises:
+        PolicyError: a dim out of range, an unknown or None inner, ``min > max``.
+        PolicyTypeError: a malformed argument, a ``SubclassPolicy`` for a plain inner.
+        RelationError: ``__inner_shapes__`` is not plain arithmetic, or contradicts ``t``.
+
+    Example:
+        >>> import torch
+        >>> from torch.testing._internal.two_tensor import TwoTensor
+        >>> x = TwoTensor(torch.ones(4, 2), torch.ones(4, 2))
+        >>> mark_dynamic(x, 0, max=64).inner["a"]
+        mappingproxy({0: Dim.dynamic(max=64)})
+        >>> x.a._dynamo_dynamic_indices
+        {0}
+    """
+    if inner == "same_dim" and isinstance(t, torch.Tensor):
+        # Literally torch's function, so that "same_dim" stays whatever torch does.
+        outer = _outer_dims(t, dims, min, max, ROOT)
+        for d, dim in outer.items():
+            _compat.torch_mark(t, dim.kind, d, min=dim.min, max=dim.max)
+        return plan(t, outer, inner="same_dim")
+    policy = plan(t, dims, min=min, max=max, inner=inner)
+    apply(t, policy)
+    return policy
+
+
+def apply(t: torch.Tensor, policy: SubclassPolicy) -> None:
+    """Apply a ``SubclassPolicy`` to ``t`` and the tensors inside it, through torch's marks.
+
+    Applied literally: dims the policy does not mention are not touched, and nothing is
+    derived (``mark_dynamic`` derives, then calls this). The whole policy is checked before
+    any mark is set. A nested wrapper's own dims given ``Dim.dynamic`` are marked
+    ``maybe_mark_dynamic``: torch fakeifies a nested wrapper from its concrete outer size, so
+    a strict mark there always fails; the inner tensors below it carry the strict marks.
+
+    Raises:
+        PolicyError / PolicyTypeError: as ``mark_dynamic``, naming the tensor path.
+
+    Example:
+        >>> import torch
+        >>> from torch.testing._internal.two_tensor import TwoTensor
+        >>> x = TwoTensor(torch.ones(4, 2), torch.ones(4, 2))
+        >>> apply(x, SubclassPolicy(outer={0: Dim.dynamic()}, inner={"a": {0: Dim.dynamic()}}))
+        >>> marks(x)
+        SubclassPolicy(outer={0: Dim.dynamic()}, inner={'a': {0: Dim.dynamic()}})
+    """
+    if not isinstance(t, torch.Tensor):
+        raise PolicyTypeError(f"apply() expects a tensor, got {type(t).__name__}.")
+    if not isinstance(policy, SubclassPolicy):
+        raise PolicyTypeError(
+            f"apply() expects a SubclassPolicy, got {type(policy).__name__}; for bare dims use "
+            "symbolic.mark_dynamic."
+        )
+    steps: list[tuple[torch.Tensor, dict[int, Dim], bool]] = []
+    _collect(t, policy, ROOT, steps)
+    for tensor, dims, nested in steps:
+        for d, dim in dims.items():
+            kind = dim.kind
+            if nested and kind == "dynamic":
+                kind = "auto"
+            _compat.mark_self(tensor, kind, d, min=dim.min, max=dim.max)
+
+
+def _collect(t, policy, src: Source, steps) -> None:
+    if isinstance(policy, SubclassPolicy):
+        outer, inner = policy.outer, policy.inner
+    else:
+        outer, inner = policy, {}
+    steps.append((t, resolve_dims(t, outer, src), is_wrapper(t) and src != ROOT))
+    for name, spec in inner.items():
+        v = get_inner(t, name, src)
+        isrc = InnerSource(name, src)
+        if isinstance(spec, SubclassPolicy) and not is_wrapper(v):
+            raise PolicyTypeError(
+                f"{where(isrc)} is a plain {type(v).__name__}; a SubclassPolicy only fits a "
+                "wrapped tensor. Give its dims instead: {0: Dim.dynamic()}."
+            )
+        _collect(v, spec, isrc, steps)
+
+
+def marks(t: torch.Tensor) -> SubclassPolicy:
+    """The marks ``t`` and the tensors inside it carry, read back as a ``SubclassPolicy``.
+
+    Reads torch's own mark attributes, whether ``symbolic`` or ``torch._dynamo`` set them;
+    dynamo's precedence applies (dynamic over auto over static). Tensors without marks
+    are omitted.
+
+    Example:
+        >>> import torch
+        >>> x = torch.ones(3, 4)
+        >>> torch._dynamo.mark_dynamic(x, 0, min=2)
+        >>> marks(x)
+        SubclassPolicy(outer={0: Dim.dynamic(min=2)}, inner={})
+    """
+    if not isinstance(t, torch.Tensor):
+        raise PolicyTypeError(f"marks() expects a tensor, got {type(t).__name__}.")
+    own = {d: Dim(kind, lo, hi) for d, (kind, lo, hi) in sorted(_compat.read_marks(t).items())}
+    inner = {}
+    for name, v in inner_items(t):
+        if is_wrapper(v):
+            p = marks(v)
+            if p.outer or p.inner:
+                inner[name] = p
+        else:
+            m = marks(v).outer
+            if m:
+                inner[name] = dict(m)
+    return SubclassPolicy(own, inner)

@@ -1,0 +1,210 @@
+"""``plan``: turn ``mark_dynamic``'s arguments into an explicit ``SubclassPolicy``.
+
+The ``inner`` modes:
+
+- ``"derived"``: an inner dim that a relation (``__inner_shapes__``, or "same size at the
+  same index" for classes without it) ties to a dynamic outer dim becomes dynamic, with
+  the outer range carried through the relation (``ceiling(s0/32)`` over ``[64, 320]`` gives
+  ``[2, 10]``); a dim tied to an auto outer dim becomes auto; a dim tied only to static outer
+  dims, or constant, becomes static; a dim tied to nothing marked is left alone.
+- ``"same_dim"``: torch's own rule: every inner tensor with as many dims as the outer gets
+  the same marks, recursively.
+- ``"none"``: only the outer tensor is marked.
+- a mapping ``{name: dims | SubclassPolicy}``: those inners as given (dims for a nested
+  wrapper are planned "derived" inside it); the others derived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from .dims import Dim
+from .errors import PolicyError, PolicyTypeError
+from .policy import SubclassPolicy, normalize_dims
+from .protocol import get_inner, inner_items, is_wrapper, where
+from .relations import TensorShape, analyze, size_symbol
+from .sources import ROOT, InnerSource, Source
+from . import _compat
+
+__all__ = ["plan", "resolve_dims", "INNER_MODES"]
+
+INNER_MODES = ("derived", "same_dim", "none")
+
+_RANK = {"dynamic": 2, "auto": 1, "static": 0}
+
+
+def resolve_dims(t: torch.Tensor, dims: Mapping[int, Dim], src: Source) -> dict[int, Dim]:
+    """Check ``dims`` against ``t`` and make them non-negative, or raise a PolicyError naming ``src``."""
+    out: dict[int, Dim] = {}
+    n = t.dim()
+    for d, dim in dims.items():
+        i = d + n if d < 0 else d
+        if not 0 <= i < n:
+            valid = f"{-n}..{n - 1}" if n else "none, it is 0-d"
+            raise PolicyError(
+                f"{where(src)}: dim {d} is out of range for a {n}-d tensor of shape "
+                f"{tuple(t.shape)} (valid dims: {valid})."
+            )
+        if i in out and out[i] != dim:
+            raise PolicyError(f"{where(src)}: dim {d} is given twice, as {out[i]!r} and {dim!r}.")
+        out[i] = dim
+    return out
+
+
+def _outer_dims(t, dims, min, max, src) -> dict[int, Dim]:
+    if isinstance(dims, Mapping):
+        if min is not None or max is not None:
+            raise PolicyTypeError(
+                f"{where(src)}: min=/max= apply to bare dims; with a {{dim: Dim}} mapping put "
+                "the range in it: {0: Dim.dynamic(min=..., max=...)}."
+            )
+        return resolve_dims(t, normalize_dims(dims, where(src)), src)
+    try:
+        default = Dim.dynamic(min, max)
+    except (PolicyError, PolicyTypeError) as e:
+        raise type(e)(f"{where(src)}: {e}") from None
+    return resolve_dims(t, normalize_dims(dims, where(src), default=default), src)
+
+
+def _check_mode(inner: Any, src: Source) -> None:
+    if isinstance(inner, str):
+        if inner not in INNER_MODES:
+            raise PolicyError(
+                f"{where(src)}: inner={inner!r} is not a mode; use one of {INNER_MODES} or a "
+                "{name: dims | SubclassPolicy} mapping."
+            )
+    elif not isinstance(inner, Mapping):
+        raise PolicyTypeError(
+            f"{where(src)}: inner must be one of {INNER_MODES} or a mapping, got "
+            f"{inner!r} ({type(inner).__name__})."
+        )
+
+
+def plan(t: torch.Tensor, dims: Any, *, min: int | None = None, max: int | None = None,
+         inner: Any = "derived") -> SubclassPolicy:
+    """The ``SubclassPolicy`` that ``mark_dynamic`` with these arguments applies.
+
+    Args:
+        t: a tensor (plain or wrapped).
+        dims: outer dims to make dynamic: an int, a sequence of ints, or ``{dim: Dim}``.
+        min, max: range for bare dims (as torch's ``mark_dynamic``).
+        inner: ``"derived"`` (default), ``"same_dim"``, ``"none"`` or ``{name: dims | SubclassPolicy}``.
+
+    Raises:
+        PolicyError: a dim out of range, an unknown or None inner, ``min > max``.
+        PolicyTypeError: a malformed argument.
+
+    Example:
+        >>> import torch
+        >>> from torch.testing._internal.two_tensor import TwoTensor
+        >>> plan(TwoTensor(torch.ones(4, 2), torch.ones(4, 2)), 0)
+        SubclassPolicy(outer={0: Dim.dynamic()}, inner={'a': {0: Dim.dynamic()}, 'b': {0: Dim.dynamic()}})
+    """
+    if not isinstance(t, torch.Tensor):
+        raise PolicyTypeError(f"mark_dynamic/plan expect a tensor, got {type(t).__name__}.")
+    return _plan(t, ROOT, dims, min, max, inner)
+
+
+def _plan(t, src, dims, min, max, inner) -> SubclassPolicy:
+    _check_mode(inner, src)
+    outer = _outer_dims(t, dims, min, max, src)
+    overrides: dict[str, Any] = {}
+    if isinstance(inner, Mapping):
+        for name, spec in inner.items():
+            v = get_inner(t, name, src)
+            overrides[name] = _override(v, InnerSource(name, src), spec)
+    if not is_wrapper(t) or inner == "none":
+        return SubclassPolicy(outer, overrides)
+    if inner == "same_dim":
+        return _same_dim(t, outer)
+    return _derived(analyze(t), outer, overrides)
+
+
+def _override(v, src, spec):
+    if isinstance(spec, SubclassPolicy):
+        if not is_wrapper(v):
+            raise PolicyTypeError(
+                f"{where(src)} is a plain {type(v).__name__}; a SubclassPolicy only fits a "
+                "wrapped tensor. Give its dims instead: [0] or {0: Dim.dynamic()}."
+            )
+        return spec
+    if is_wrapper(v):
+        return _plan(v, src, spec, None, None, "derived")
+    return resolve_dims(v, normalize_dims(spec, where(src)), src)
+
+
+def _same_dim(t, outer) -> SubclassPolicy:
+    inner = {}
+    for name, v in inner_items(t):
+        if v.dim() == t.dim():
+            inner[name] = _same_dim(v, outer) if is_wrapper(v) else dict(outer)
+    return SubclassPolicy(outer, inner)
+
+
+def _derive_dim(info: TensorShape, j: int, outer: dict[int, Dim], root: TensorShape) -> Dim | None:
+    expr = info.exprs[j]
+    if not info.related(j):
+        return None
+    free = expr.free_symbols
+    if not free:
+        return Dim.static()
+    root_dims = {size_symbol("", i): i for i in range(len(root.symbols))}
+    kinds = [outer[root_dims[s]] for s in free if s in root_dims and root_dims[s] in outer]
+    if not kinds:
+        return None
+    best = max(kinds, key=lambda d: _RANK[d.kind])
+    if best.kind == "static":
+        # Static only when every size it depends on is pinned; else it may still move.
+        return best if len(kinds) == len(free) else None
+    if best.kind == "auto":
+        return best
+    if expr.is_Symbol:
+        return outer[root_dims[expr]]
+    if all(d.min is None and d.max is None for d in kinds if d.kind == "dynamic"):
+        return Dim.dynamic()
+    ranges = {}
+    for s in free:
+        d = outer.get(root_dims[s]) if s in root_dims else None
+        if d is not None and d.kind == "dynamic":
+            ranges[s] = (d.min, d.max)
+        elif d is not None and d.kind == "static":
+            v = root.tensor.size(root_dims[s])
+            ranges[s] = (v, v)
+        else:
+            ranges[s] = (None, None)
+    lo, hi = _compat.bound(expr, ranges)
+    # Dynamo specializes sizes 0 and 1, so a range that admits at most one size >= 2
+    # can only ever produce one graph: say static rather than ask torch for a
+    # "fully constrained" dynamic dim, which it rejects.
+    if hi is not None and hi <= max(lo or 0, 2):
+        return Dim.static()
+    any_min = any(d.min is not None for d in kinds if d.kind == "dynamic")
+    any_max = any(d.max is not None for d in kinds if d.kind == "dynamic")
+    return Dim.dynamic(min=lo if any_min else None, max=hi if any_max else None)
+
+
+def _derived(infos: list[TensorShape], outer: dict[int, Dim], overrides: dict) -> SubclassPolicy:
+    root = infos[0]
+    by_source = {info.source: info for info in infos}
+
+    def build(info: TensorShape, own: dict[int, Dim], extra: dict) -> SubclassPolicy:
+        inner = {}
+        for name, v in inner_items(info.tensor):
+            isrc = InnerSource(name, info.source)
+            if name in extra:
+                inner[name] = extra[name]
+                continue
+            child = by_source[isrc]
+            dims = {j: d for j in range(v.dim()) if (d := _derive_dim(child, j, outer, root)) is not None}
+            if is_wrapper(v):
+                nested = build(child, dims, {})
+                if nested.outer or nested.inner:
+                    inner[name] = nested
+            elif dims:
+                inner[name] = dims
+        return SubclassPolicy(own, inner)
+
+    return build(root, outer, overrides)

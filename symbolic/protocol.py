@@ -1,0 +1,105 @@
+"""Reading torch's wrapper-subclass protocol, duck-typed.
+
+``symbolic`` serves any traceable wrapper subclass (torch's ``TwoTensor``, ``DTensor``,
+the kit's classes), so it learns a tensor's structure only from ``__tensor_flatten__``
+and, when a class has it, ``__inner_shapes__``. Inner tensors are reached by attribute,
+as dynamo reaches them (``L['x'].scale``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+
+from ._compat import is_traceable_wrapper_subclass
+from .errors import PolicyError, PolicyTypeError
+from .sources import ROOT, InnerSource, Source
+
+__all__ = ["is_wrapper", "inner_items", "ctx_of", "walk", "path_of", "where", "get_inner"]
+
+
+def is_wrapper(t: Any) -> bool:
+    """True for a traceable wrapper subclass instance (it has inner tensors).
+
+    Example:
+        >>> import torch
+        >>> is_wrapper(torch.ones(2))
+        False
+    """
+    return isinstance(t, torch.Tensor) and is_traceable_wrapper_subclass(t)
+
+
+def inner_items(t: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
+    """``(name, tensor)`` for each present inner tensor, in ``__tensor_flatten__`` order.
+
+    Non-tensor leaves torch allows beside inner tensors (opaque objects) are skipped, as
+    dynamo skips them when it allocates symbols.
+    """
+    if not is_wrapper(t):
+        return []
+    names, _ = t.__tensor_flatten__()
+    out = []
+    for n in names:
+        v = getattr(t, n)
+        if isinstance(v, torch.Tensor):
+            out.append((n, v))
+    return out
+
+
+def ctx_of(t: torch.Tensor) -> Any:
+    """The flatten context of a wrapper (the second item of ``__tensor_flatten__``)."""
+    return t.__tensor_flatten__()[1]
+
+
+def walk(t: torch.Tensor, base: Source = ROOT) -> Iterator[tuple[Source, torch.Tensor]]:
+    """Yield ``(source, tensor)`` for ``t`` and every tensor inside it, pre-order.
+
+    Example:
+        >>> import torch
+        >>> from torch.testing._internal.two_tensor import TwoTensor
+        >>> [s.name("x") for s, _ in walk(TwoTensor(torch.ones(2), torch.ones(2)))]
+        ["L['x']", "L['x'].a", "L['x'].b"]
+    """
+    yield base, t
+    for name, v in inner_items(t):
+        yield from walk(v, InnerSource(name, base))
+
+
+def path_of(src: Source) -> str:
+    """Dotted attribute path of a source relative to its root: ``"a.scale"``; ``""`` for the root."""
+    return src.render("")[1:]
+
+
+def where(src: Source, root: str = "x") -> str:
+    """How error messages name a tensor: ``x.scale``."""
+    return src.render(root)
+
+
+def get_inner(t: torch.Tensor, name: Any, src: Source) -> torch.Tensor:
+    """The present inner tensor ``name`` of ``t`` (at ``src``), or a PolicyError saying why not."""
+    here = where(src)
+    if not isinstance(name, str):
+        raise PolicyTypeError(
+            f"{here}: inner tensors are named by strings, got {name!r} ({type(name).__name__})."
+        )
+    if not is_wrapper(t):
+        raise PolicyError(
+            f"{here} is a plain {type(t).__name__} and has no inner tensors, so it has no "
+            f"inner {name!r}. Give a policy for its own dims only (a {{dim: Dim}} mapping)."
+        )
+    present = dict(inner_items(t))
+    if name in present:
+        return present[name]
+    cls = type(t).__name__
+    names = list(present)
+    if hasattr(t, name) and getattr(t, name) is None:
+        raise PolicyError(
+            f"{where(InnerSource(name, src))} is None: {cls}.{name} is an optional inner tensor "
+            f"that this instance does not have, so it cannot be marked. Drop {name!r} from the "
+            f"policy (present inner tensors: {names})."
+        )
+    raise PolicyError(
+        f"{where(InnerSource(name, src))}: {cls} has no inner tensor {name!r}; its inner tensors "
+        f"are {names}."
+    )
