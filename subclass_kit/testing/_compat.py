@@ -152,9 +152,21 @@ def export(module, args, *, strict: bool = False):
     return torch.export.export(module, args, strict=strict)
 
 
-def export_round_trip(ep):
-    """``torch.export.save`` then ``torch.export.load`` through memory."""
+def export_round_trip(ep, allowed=()):
+    """``torch.export.save`` then ``torch.export.load`` through memory, with ``allowed``
+    globals permitted for the weights-only load of the example inputs."""
+    import logging
+
     buf = io.BytesIO()
     torch.export.save(ep, buf)
     buf.seek(0)
-    return torch.export.load(buf)
+    # torch logs (and, in 2.13, mis-formats) a warning when it falls back to a full unpickle
+    # of example inputs; the result is what we check, so keep stderr quiet.
+    log = logging.getLogger("torch._export.serde.serialize")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with torch.serialization.safe_globals(list(allowed)):
+            return torch.export.load(buf)
+    finally:
+        log.setLevel(level)

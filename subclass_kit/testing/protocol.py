@@ -37,7 +37,24 @@ def plan(run) -> list:
         Check("protocol.round_trip_meta", _round_trip_meta, req),
         Check("protocol.round_trip_fake", _round_trip_fake, req),
         Check("protocol.round_trip_symbolic", _round_trip_symbolic, req),
+        Check("protocol.optional_hooks", _optional_hooks, ()),
     ]
+
+
+_OPTIONAL = (
+    ("to_plain", "eager and backward results are not compared with a dense computation"),
+    ("__inner_shapes__", "the dynamic sweep guesses inner shapes by the same-dim reading"),
+    ("_stable_hash_for_caching", "AOTAutograd's cache uses torch's default hash and warns once"),
+    ("__coerce_same_metadata_as_tangent__", "a compiled backward fails if a tangent arrives with other metadata"),
+    ("__samples__", "`subclass-kit check MODULE:CLASS` cannot make instances"),
+)
+
+
+def _optional_hooks(run):
+    lacks = [f"{name} ({why})" for name, why in _OPTIONAL if not hasattr(run.cls, name)]
+    if not lacks:
+        return "has every optional hook the checker uses"
+    return f"{run.name} lacks " + "; ".join(lacks)
 
 
 def _is_opaque(v) -> bool:

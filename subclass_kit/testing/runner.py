@@ -46,6 +46,7 @@ class Check:
     name: str
     fn: Callable
     requires: tuple = ()
+    late: bool = False  # run after all others (e.g. it waits for a child process)
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Run:
     backward: bool
     export: bool
     serialization: bool
+    only: tuple = ()
     status: dict = field(default_factory=dict)  # check name -> status
     passed_cases: list = field(default_factory=list)  # OpCases that passed eager
     state: dict = field(default_factory=dict)  # free-form, per family
@@ -78,6 +80,24 @@ class Run:
     @property
     def first(self):
         return self.subject.samples[0]
+
+    def compile_cases(self) -> list:
+        """The ops to compile: those that passed their eager rows; when the eager rows were
+        not selected, those that run on the first sample without raising."""
+        if any(k.startswith("eager[") for k in self.status):
+            return list(self.passed_cases)
+        if "probed" not in self.state:
+            ok = []
+            for c in self.cases:
+                if not c.applies(self.first):
+                    continue
+                try:
+                    c.call(self.first)
+                except Exception:
+                    continue
+                ok.append(c)
+            self.state["probed"] = ok
+        return list(self.state["probed"])
 
     def compile_backend(self) -> str:
         """The backend for the extra compile checks (dynamic, meta change, backward):
@@ -147,11 +167,12 @@ def check_subjects(
     reports = []
     for subject in subjects:
         cases = user_cases(ops) if ops is not None else default_cases(subject.cls)
-        run = Run(subject, cases, backends, dynamic, backward, export, serialization)
+        run = Run(subject, cases, backends, dynamic, backward, export, serialization, tuple(only or ()))
         report = CheckReport(subject.name)
         plan = []
         for family in _families():
             plan.extend(c for c in family.plan(run) if _selected(c.name, only))
+        plan = [c for c in plan if not c.late] + [c for c in plan if c.late]
         try:
             for check in plan:
                 row = _run_one(run, check)

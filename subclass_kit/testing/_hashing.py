@@ -1,0 +1,65 @@
+"""Shared by the stable-hash check and its child process: how to send samples to another
+process and what hash AOTAutograd's cache would take from them."""
+
+from __future__ import annotations
+
+import importlib
+
+import torch
+
+from . import _compat
+from .subject import flatten
+
+__all__ = ["stable_hash", "encode", "decode", "import_qualified"]
+
+
+def stable_hash(t) -> str:
+    """``t._stable_hash_for_caching()`` if the class defines it, else torch's default."""
+    fn = getattr(t, "_stable_hash_for_caching", None)
+    if fn is not None:
+        return str(fn())
+    return _compat.default_stable_hash(t)
+
+
+def import_qualified(module: str, qualname: str):
+    """The object at ``module:qualname`` (dotted qualname walked with getattr)."""
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+class Unsendable(Exception):
+    """A sample holds something that cannot go to another process."""
+
+
+def encode(t) -> dict:
+    """The flatten tree of ``t`` with plain tensors detached (picklable when the ctx is)."""
+    names, ctx = flatten(t)
+    inner = {}
+    for n in names:
+        v = getattr(t, n)
+        if _compat.is_traceable_wrapper_subclass(v):
+            inner[n] = ("wrapped", encode(v))
+        elif isinstance(v, torch.Tensor):
+            inner[n] = ("tensor", v.detach())
+        else:
+            raise Unsendable(f"inner {n!r} is a {type(v).__name__}, which cannot be sent to another process")
+    cls = type(t)
+    return {
+        "cls": (cls.__module__, cls.__qualname__),
+        "ctx": ctx,
+        "inner": inner,
+        "size": tuple(int(s) for s in t.shape),
+        "stride": tuple(int(s) for s in t.stride()),
+        "requires_grad": bool(t.requires_grad),
+    }
+
+
+def decode(d: dict):
+    cls = import_qualified(*d["cls"])
+    inner = {n: (decode(v) if kind == "wrapped" else v) for n, (kind, v) in d["inner"].items()}
+    out = cls.__tensor_unflatten__(inner, d["ctx"], torch.Size(d["size"]), d["stride"])
+    if d["requires_grad"] and not out.requires_grad:
+        out.requires_grad_(True)
+    return out

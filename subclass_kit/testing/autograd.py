@@ -1,0 +1,143 @@
+"""Backward checks: gradients through the subclass match the dense computation, eagerly and
+compiled.
+
+One differentiable op that passed its eager check is applied to a leaf sample; the
+backward is seeded with ``ones_like`` of the output (a tangent of the output's own type
+and metadata, as a downstream op would produce). Compiled, AOTAutograd traces the backward
+with the tangent metadata it predicts from ``__coerce_tangent_metadata__``; when the
+runtime tangent differs, the class needs ``__coerce_same_metadata_as_tangent__``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _compat
+from .compare import dense_difference, difference
+from .compiled import explain_error
+from .runner import Check, Fail, Skip
+from .subject import dense, describe, flatten
+
+__all__ = ["plan"]
+
+_PREFERRED = ("aten.mul.Tensor(x, 2.0)", "aten.add.Tensor(x, x)", "aten.neg.default(x)")
+
+
+def plan(run) -> list:
+    if not run.backward:
+        return [Check("backward.eager", _off, ()), Check(f"backward.compiled[{run.compile_backend()}]", _off, ())]
+    return [
+        Check("backward.eager", _eager, ("protocol.flatten",)),
+        Check(f"backward.compiled[{run.compile_backend()}]", _compiled, ("protocol.flatten", "backward.eager")),
+    ]
+
+
+def _off(run):
+    raise Skip("turned off (backward=False)")
+
+
+def _pick(run):
+    diff = [c for c in run.compile_cases() if c.differentiable]
+    if not diff:
+        raise Skip("no differentiable op (add, mul, neg, sum, mm) passed its eager check")
+    diff.sort(key=lambda c: _PREFERRED.index(c.label) if c.label in _PREFERRED else len(_PREFERRED))
+    for c in diff:
+        for x in run.samples:
+            if x.dtype.is_floating_point and c.applies(x):
+                return c, x
+    raise Skip("no floating-point sample to differentiate")
+
+
+def _leaf(x):
+    try:
+        leaf = x.detach().requires_grad_(True)
+    except Exception as e:
+        raise Fail(
+            f"x.detach().requires_grad_(True) on {describe(x)} raised {type(e).__name__}: {str(e)[:160]}",
+            "support aten.detach.default and create the wrapper with the outer dtype (a floating one) so it can require grad",
+        ) from None
+    return leaf
+
+
+def _tangent(out):
+    if not isinstance(out, torch.Tensor):
+        raise Skip(f"the op returned {type(out).__name__}, not a tensor")
+    if not _compat.is_traceable_wrapper_subclass(out):
+        return torch.ones_like(out)
+    try:
+        g = torch.ones_like(out)
+    except NotImplementedError:
+        raise Skip(f"torch.ones_like is not supported on {type(out).__name__}, so no tangent of its type can be made") from None
+    return g
+
+
+def _backward(fn, x, case_label):
+    leaf = _leaf(x)
+    out = fn(leaf)
+    if not getattr(out, "requires_grad", False):
+        raise Fail(
+            f"{case_label} on a leaf {describe(x)} that requires grad returned a result that does not require grad",
+            "keep requires_grad on the outer tensor: create outputs with _make_wrapper_subclass and let autograd set it",
+        )
+    g = _tangent(out)
+    out.backward(g)
+    if leaf.grad is None:
+        raise Fail(f"backward through {case_label} left no gradient on {describe(x)}", "return the op's results from __torch_dispatch__ so autograd connects them")
+    return leaf.grad, g
+
+
+def _eager(run):
+    case, x = _pick(run)
+    grad, g = _backward(case.call, x, case.label)
+    if tuple(grad.shape) != tuple(x.shape):
+        raise Fail(f"the gradient of {describe(x)} has shape {tuple(grad.shape)}", "return outputs of the outer shape from backward ops")
+    if not run.subject.has_to_plain:
+        return f"{case.label}: gradient computed; {run.name} has no to_plain(), so it was not compared with a dense one"
+    xd = dense(x).detach().requires_grad_(True)
+    outd = case.call(xd)
+    outd.backward(dense(g))
+    d = dense_difference(grad, xd.grad, "grad")
+    if d:
+        raise Fail(
+            f"backward through {case.label} on {describe(x)} disagrees with the dense backward: {d}",
+            "check the handlers of the backward ops (e.g. mul, expand, ones_like) against to_plain()",
+        )
+    return case.label
+    
+
+def _compiled(run):
+    case, x = _pick(run)
+    backend = run.compile_backend()
+    eager_grad, _ = _backward(case.call, x, case.label)
+    _compat.dynamo_reset()
+    cnt = _compat.compile_counter(backend)
+    cfn = torch.compile(case.call, backend=cnt, fullgraph=True)
+    try:
+        grad, g = _backward(cfn, x, case.label)
+    except (Fail, Skip):
+        raise
+    except Exception as e:
+        text = str(e)
+        if "guessed its metadata incorrectly" in text or "__coerce_same_metadata_as_tangent__" in text:
+            out = case.call(x)
+            tangent = torch.ones_like(out) if isinstance(out, torch.Tensor) else None
+            got = flatten(tangent)[1] if tangent is not None and _compat.is_traceable_wrapper_subclass(tangent) else None
+            pred = out.__coerce_tangent_metadata__() if hasattr(out, "__coerce_tangent_metadata__") else out
+            want = flatten(pred)[1] if _compat.is_traceable_wrapper_subclass(pred) else None
+            raise Fail(
+                f"compiled backward of {case.label} on {describe(x)} failed: the tangent's metadata "
+                f"({got!r:.70}) differs from the tangent AOTAutograd traced with ({want!r:.70}, "
+                "the forward output's after __coerce_tangent_metadata__), and the class cannot convert it",
+                "make ones_like/zeros_like and backward handlers keep the forward output's ctx, "
+                "and implement __coerce_same_metadata_as_tangent__(self, expected_ctx, expected_type=None) "
+                "returning a copy with the expected ctx (or None if impossible)",
+            ) from None
+        what, fix = explain_error(e, backend=backend, where=f"the backward of {case.label}")
+        raise Fail(what, fix) from None
+    d = difference(grad, eager_grad, "grad") if type(grad) is type(eager_grad) else dense_difference(grad, dense(eager_grad), "grad")
+    if d:
+        raise Fail(
+            f"compiled backward of {case.label} on {describe(x)} disagrees with eager: {d}",
+            "make backward handlers traceable and keep the ctx of tangents equal to the forward output's",
+        )
+    return case.label

@@ -1,0 +1,167 @@
+"""Compile checks: ``torch.compile(fullgraph=True)`` per backend equals eager, in one frame.
+
+The function compiled applies every op that passed its eager check to one sample and
+returns all results, so a backend is compiled once per class; when it fails, each op is
+compiled alone to name the culprit. A second call with a flatten/unflatten copy of the
+input must reuse the compiled frame (a ctx that is not equal to its own copy recompiles
+on every call).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from . import _compat
+from .compare import difference
+from .runner import Check, Fail, Skip
+from .subject import describe, flatten
+
+__all__ = ["plan", "composite", "explain_error", "compile_and_run"]
+
+
+def plan(run) -> list:
+    return [Check(f"compile[{b}]", _make(b), ("protocol.flatten",)) for b in run.backends]
+
+
+def _make(backend):
+    def check(run):
+        return _compile_check(run, backend)
+
+    return check
+
+
+def composite(cases):
+    """``fn(x) -> tuple`` applying every case to ``x``."""
+
+    def fn(x):
+        return tuple(c.call(x) for c in cases)
+
+    return fn
+
+
+_USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.+)')
+
+
+def _user_frame(text: str) -> str:
+    """The innermost user frame dynamo quotes after 'from user code:'."""
+    tail = text.split("from user code:", 1)[-1] if "from user code:" in text else text
+    frames = _USER_FRAME.findall(tail)
+    for path, line, fn, code in reversed(frames):
+        if "/torch/" not in path and "/subclass_kit/testing/" not in path:
+            return f"{path}:{line} in {fn}: {code.strip()}"
+    return ""
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    for ln in text.splitlines():
+        ln = ln.strip()
+        if ln and not ln.startswith(("backend=", "Set TORCHDYNAMO", "While executing", "Original traceback")):
+            return ln[:240]
+    return type(e).__name__
+
+
+def explain_error(e: BaseException, *, backend: str, where: str) -> tuple:
+    """``(what, fix)`` for an exception raised while compiling or running a compiled fn."""
+    chain, c = [], e
+    while c is not None and len(chain) < 6:
+        chain.append(c)
+        c = c.__cause__ or c.__context__
+    text = "\n".join(str(x) for x in chain)
+    frame = _user_frame(text)
+    at = f" at {frame}" if frame else ""
+    data_dep = any(isinstance(x, _compat.DATA_DEPENDENT_ERRORS) for x in chain) or "data-dependent" in text or "data dependent" in text
+    if data_dep:
+        return (
+            f"torch.compile(backend={backend!r}, fullgraph=True) of {where} hit a data-dependent "
+            f"Python branch{at} (a graph break without fullgraph): {_first_line(e)}",
+            "do not branch in Python on tensor values in __torch_dispatch__/__torch_function__ "
+            "or op handlers; compute both sides with tensor ops (torch.where), or keep the "
+            "decision in the ctx (a meta value dynamo guards on)",
+        )
+    if any(isinstance(x, _compat.GRAPH_BREAK_ERRORS) for x in chain):
+        return (
+            f"torch.compile(backend={backend!r}, fullgraph=True) of {where} hit a graph break{at}: "
+            f"{_first_line(e)}",
+            "keep code dynamo cannot trace out of __torch_function__ and properties (set "
+            "__torch_function__ = torch._C._disabled_torch_function_impl unless you need it)",
+        )
+    return (
+        f"torch.compile(backend={backend!r}, fullgraph=True) of {where} raised "
+        f"{type(chain[-1]).__name__}{at}: {_first_line(chain[-1])}",
+        "make every handler traceable with fake tensors (no .item()/.tolist()/numpy/data_ptr), "
+        "and make __tensor_unflatten__ honour outer_size/outer_stride",
+    )
+
+
+def compile_and_run(fn, args, *, backend: str, dynamic=None):
+    """Compile ``fn`` with a counting backend and run it; ``(result, counter, compiled)``."""
+    cnt = _compat.compile_counter(backend)
+    cfn = torch.compile(fn, backend=cnt, fullgraph=True, dynamic=dynamic)
+    return cfn(*args), cnt, cfn
+
+
+def _culprit(run, cases, x, backend: str):
+    """Compile each case alone; the first that fails or differs, with its reason."""
+    if len(cases) < 2:
+        return None
+    for c in cases:
+        _compat.dynamo_reset()
+        fn = composite([c])
+        try:
+            got, _, _ = compile_and_run(fn, (x,), backend=backend)
+        except Exception as e:
+            return c, explain_error(e, backend=backend, where=c.label)
+        d = difference(got, fn(x))
+        if d:
+            return c, (f"compiled {c.label} differs from eager: {d}", "")
+    return None
+
+
+def _compile_check(run, backend: str):
+    cases = run.compile_cases()
+    if not cases:
+        raise Skip("no op passed its eager check, so there is nothing to compile")
+    x = run.first
+    where = f"{len(cases)} ops on {describe(x)}"
+    fn = composite(cases)
+    expected = fn(x)
+    _compat.dynamo_reset()
+    try:
+        got, cnt, cfn = compile_and_run(fn, (x,), backend=backend)
+    except Exception as e:
+        what, fix = explain_error(e, backend=backend, where=where)
+        found = _culprit(run, cases, x, backend)
+        if found:
+            c, (what1, fix1) = found
+            what, fix = f"{c.label}: {what1}", fix1 or fix
+        if "graph break" in what:
+            reasons = _compat.graph_break_reasons(composite([found[0]]) if found else fn, x)
+            if reasons:
+                what += f" [without fullgraph: {len(reasons)} graph break(s): {reasons[0]}]"
+        raise Fail(what, fix) from None
+    d = difference(got, expected)
+    if d:
+        found = _culprit(run, cases, x, backend)
+        label = f"{found[0].label}: " if found else ""
+        raise Fail(
+            f"{label}torch.compile(backend={backend!r}) result differs from eager: {d}",
+            "make handlers return the same ctx and values under fake tensors as in eager; "
+            "check __tensor_unflatten__ honours outer_size/outer_stride",
+        )
+    names, ctx = flatten(x)
+    copy_ = type(x).__tensor_unflatten__({n: getattr(x, n) for n in names}, ctx, x.shape, x.stride())
+    cfn(x)
+    cfn(copy_)
+    if cnt.frame_count != 1:
+        reasons = _compat.guard_failure_reasons()
+        raise Fail(
+            f"calling the compiled function again with the same input (and with a flatten/"
+            f"unflatten copy of it) compiled {cnt.frame_count} frames instead of 1"
+            + (f"; dynamo's reason: {reasons[-1].strip()[:200]}" if reasons else ""),
+            "make the ctx equal (==) to the ctx of a copy with the same values: a tuple or "
+            "frozen dataclass, not an object compared by identity",
+        )
+    return f"{len(cases)} ops, 1 frame"

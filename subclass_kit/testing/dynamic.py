@@ -1,0 +1,199 @@
+"""Guard checks: a dynamic-shape sweep compiles once; a meta change recompiles and stays right.
+
+The sweep builds samples of three first-dimension sizes from the first sample (values
+cycled; inner shapes from ``__inner_shapes__`` when the class has it, else by the "same
+dim" reading) and calls one ``torch.compile(dynamic=True)`` function on all of them: a
+subclass that reads sizes in Python branches, or whose ctx holds a size, recompiles.
+Sizes are chosen so that no two dimensions change from equal to unequal between calls
+(dynamo's duck sizing would recompile for that alone) and derived sizes stay above 1.
+
+The meta change calls a compiled function on two samples of the same shape that differ
+only in ctx: dynamo must recompile (it guards the ctx by ``==``) and the second result must
+carry the second ctx; a ctx whose ``==`` ignores a field reuses the first graph and returns
+stale metadata.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _compat
+from .compare import difference
+from .compiled import composite, compile_and_run, explain_error
+from .runner import Check, Fail, Skip
+from .subject import describe, flatten, inner_shapes_for, resized
+
+__all__ = ["plan", "sweep_sizes"]
+
+_CANDIDATES = 256
+
+
+def plan(run) -> list:
+    b = run.compile_backend()
+    req = ("protocol.flatten", "protocol.round_trip_symbolic")
+    checks = []
+    if run.dynamic:
+        checks.append(Check(f"compile.dynamic_sweep[{b}]", _sweep, req))
+    else:
+        checks.append(Check(f"compile.dynamic_sweep[{b}]", _off("dynamic=False"), ()))
+    checks.append(Check(f"compile.meta_change[{b}]", _meta_change, ("protocol.flatten",)))
+    return checks
+
+
+def _off(why):
+    def check(run):
+        raise Skip(f"turned off ({why})")
+
+    return check
+
+
+def _all_sizes(x, m) -> tuple:
+    """Outer sizes then every inner size, for first-dim size ``m``."""
+    new = (m,) + tuple(int(s) for s in x.shape[1:])
+    shapes = inner_shapes_for(x, new)
+    out = list(new)
+    for n in flatten(x)[0]:
+        out.extend(shapes.get(n, ()))
+    return tuple(out)
+
+
+def _pattern(sizes) -> tuple:
+    first = {}
+    return tuple(first.setdefault(s, i) for i, s in enumerate(sizes)) + tuple(s <= 1 for s in sizes)
+
+
+def sweep_sizes(x, count: int = 3) -> list:
+    """``count`` first-dim sizes >= 2 for which every dimension of ``x`` keeps the same
+    equality pattern and 0/1-ness, preferring the pattern with fewest size-1 dims.
+
+    Example:
+        >>> import torch
+        >>> from torch.testing._internal.two_tensor import TwoTensor
+        >>> sweep_sizes(TwoTensor(torch.ones(4, 6), torch.ones(4, 6)))
+        [4, 131, 259]
+    """
+    start = max(2, int(x.shape[0]))
+    groups: dict = {}
+    for m in range(start, start + _CANDIDATES):
+        try:
+            key = _pattern(_all_sizes(x, m))
+        except Exception:
+            continue
+        groups.setdefault(key, []).append(m)
+    ok = [(sum(k[len(k) // 2 :]), ms[0], ms) for k, ms in groups.items() if len(ms) >= count]
+    if not ok:
+        return []
+    _, _, ms = min(ok)
+    picks = [ms[0], ms[len(ms) // 2], ms[-1]] if count == 3 else ms[:count]
+    return sorted(set(picks))
+
+
+def _sweep(run):
+    cases = run.compile_cases()
+    if not cases:
+        raise Skip("no op passed its eager check, so there is nothing to compile")
+    base = next((x for x in run.samples if x.dim() >= 1), None)
+    if base is None:
+        raise Skip("every sample is 0-dimensional; there is no size to sweep")
+    sizes = sweep_sizes(base)
+    if len(sizes) < 3:
+        raise Skip(f"could not find 3 sizes for dim 0 of {describe(base)} that keep its size pattern")
+    try:
+        xs = [resized(base, (m,) + tuple(base.shape[1:])) for m in sizes]
+    except Exception as e:
+        raise Skip(
+            f"could not build samples of other sizes from {describe(base)} ({type(e).__name__}: "
+            f"{str(e).strip()[:120]}); give {run.name} an __inner_shapes__(outer_size, ctx) "
+            "classmethod so the checker knows the inner shapes"
+        ) from None
+    backend = run.compile_backend()
+    fn = composite(cases)
+    _compat.dynamo_reset()
+    cnt = cfn = None
+    for x in xs:
+        expected = fn(x)
+        try:
+            if cfn is None:
+                got, cnt, cfn = compile_and_run(fn, (x,), backend=backend, dynamic=True)
+            else:
+                got = cfn(x)
+        except Exception as e:
+            what, fix = explain_error(e, backend=backend, where=f"{describe(x)} with dynamic shapes")
+            raise Fail(what, fix) from None
+        d = difference(got, expected)
+        if d:
+            raise Fail(
+                f"with dynamic shapes, the compiled result for {describe(x)} differs from eager: {d}",
+                "derive inner shapes from outer_size with plain arithmetic (symbolic.ceil_div), "
+                "and check them with torch._check, never with Python branches",
+            )
+    if cnt.frame_count != 1:
+        reasons = _compat.guard_failure_reasons()
+        raise Fail(
+            f"a dynamic-shape sweep over dim-0 sizes {sizes} compiled {cnt.frame_count} frames "
+            f"instead of 1" + (f"; dynamo's reason: {reasons[-1].strip()[:240]}" if reasons else ""),
+            "do not branch in Python on sizes in handlers or the constructor (use torch._check), "
+            "and keep sizes out of the ctx (it is guarded by ==)",
+        )
+    return f"sizes {sizes}: 1 frame"
+
+
+def _differs(a, b) -> bool:
+    try:
+        if not bool(a == b):
+            return True
+    except Exception:
+        return True
+    return repr(a) != repr(b)
+
+
+def _meta_change(run):
+    cases = run.compile_cases()
+    if not cases:
+        raise Skip("no op passed its eager check, so there is nothing to compile")
+    x0 = run.first
+    ctx0 = flatten(x0)[1]
+    if ctx0 is None:
+        raise Skip(f"{run.name} has no meta (its ctx is None), so there is nothing to change")
+    x1 = next(
+        (
+            x
+            for x in run.samples[1:]
+            if tuple(x.shape) == tuple(x0.shape) and x.dtype == x0.dtype and _differs(flatten(x)[1], ctx0)
+        ),
+        None,
+    )
+    if x1 is None:
+        raise Skip(
+            f"no two samples of the same shape differ in ctx; add one to {run.name}.__samples__ "
+            "(the same data with another meta value) to exercise the ctx guard"
+        )
+    ctx1 = flatten(x1)[1]
+    backend = run.compile_backend()
+    fn = composite(cases)
+    _compat.dynamo_reset()
+    try:
+        got0, cnt, cfn = compile_and_run(fn, (x0,), backend=backend)
+        got1 = cfn(x1)
+    except Exception as e:
+        what, fix = explain_error(e, backend=backend, where=f"{describe(x0)} then {describe(x1)}")
+        raise Fail(what, fix) from None
+    d = difference(got1, fn(x1))
+    frames = cnt.frame_count
+    if frames < 2 or d:
+        how = "did not recompile" if frames < 2 else "recompiled"
+        raise Fail(
+            f"after the ctx changed from {ctx0!r:.70} to {ctx1!r:.70}, dynamo {how}"
+            + (f" and the compiled result is wrong: {d}" if d else "")
+            + (f"; ctx == reports them {'equal' if not _differs_eq(ctx0, ctx1) else 'different'}" if frames < 2 else ""),
+            "make the ctx's == compare every meta value (a tuple or frozen dataclass of them), "
+            "since dynamo guards wrapped inputs by ctx equality",
+        )
+    return f"ctx change recompiled ({frames} frames) and matched eager"
+
+
+def _differs_eq(a, b) -> bool:
+    try:
+        return not bool(a == b)
+    except Exception:
+        return True

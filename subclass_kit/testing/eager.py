@@ -1,0 +1,159 @@
+"""Eager op checks: each op on every sample against the same op on ``to_plain()``.
+
+Beyond values: a view op must return a result that aliases its input (every inner tensor a
+view of an inner tensor of the input, and the wrapper itself marked as aliasing, which
+``return_and_correct_aliasing`` does), or mutations through the view are lost and
+AOTAutograd's alias analysis is wrong; an in-place op must update every inner tensor
+exactly as the out-of-place op computes them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _compat
+from .compare import dense_difference, difference
+from .ops import INPLACE, VIEW
+from .runner import Check, Fail, Skip
+from .subject import dense, describe, flatten
+
+__all__ = ["plan"]
+
+_ALIAS_FIX = (
+    "apply the view op to each inner tensor (func(x.a, *rest)) instead of copying, and return "
+    "torch.utils._python_dispatch.return_and_correct_aliasing(func, args, kwargs, out) from "
+    "__torch_dispatch__ (subclass_kit.WrapperTensor does both)"
+)
+
+
+def plan(run) -> list:
+    checks = []
+    for case in run.cases:
+        if not any(case.applies(x) for x in run.samples):
+            continue
+        checks.append(Check(f"eager[{case.label}]", _make(case), ("protocol.flatten",)))
+    return checks
+
+
+def _make(case):
+    def check(run):
+        return _check_case(run, case)
+
+    return check
+
+
+def _unsupported_fix(run, case) -> str:
+    name = run.name
+    if run.subject.is_kit:
+        return (
+            f"register a handler with @{name}.implements({case.label.split('(')[0]}), or set "
+            "__fallback__ = fallbacks.map_inner / fallbacks.to_plain in the class body"
+        )
+    return f"handle {case.label.split('(')[0]} in {name}.__torch_dispatch__"
+
+
+def _check_case(run, case):
+    notes = []
+    for i, x in enumerate(run.samples):
+        if not case.applies(x):
+            continue
+        what = f"sample {i} ({describe(x)})"
+        try:
+            out = case.call(x)
+        except NotImplementedError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            if case.required:
+                raise Fail(
+                    f"{run.name} does not support {case.label} ({type(e).__name__}: {first[:160]}); "
+                    f"it is needed because {case.why}",
+                    _unsupported_fix(run, case),
+                ) from None
+            raise Skip(f"not supported by {run.name} (NotImplementedError); fine unless you need it") from None
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise Fail(
+                f"{case.label} on {what} raised {type(e).__name__}: {first[:200]}",
+                "raise NotImplementedError for ops the class does not support, and fix the handler otherwise",
+            ) from None
+        if case.kind == VIEW:
+            note = _check_alias(run, case, x, out, what)
+            if note and note not in notes:
+                notes.append(note)
+        if case.kind == INPLACE:
+            _check_inplace(run, case, x, out, what)
+        if run.subject.has_to_plain:
+            ref = case.call(dense(x))
+            d = dense_difference(out, ref, "result")
+            if d:
+                raise Fail(
+                    f"{case.label} on {what} disagrees with the same op on to_plain(): {d}",
+                    f"fix the handler for {case.label.split('(')[0]} (or to_plain(), if it is the one that is wrong)",
+                )
+    if case not in run.passed_cases:
+        run.passed_cases.append(case)
+    if not run.subject.has_to_plain:
+        notes.append("not compared with a dense result (no to_plain)")
+    return "; ".join(notes)
+
+
+def _storages(t) -> list:
+    out = []
+    for n in flatten(t)[0]:
+        v = getattr(t, n)
+        if not isinstance(v, torch.Tensor):
+            continue
+        if _compat.is_traceable_wrapper_subclass(v):
+            out.extend(_storages(v))
+        else:
+            out.append(v)
+    return out
+
+
+def _check_alias(run, case, x, out, what):
+    if not isinstance(out, torch.Tensor):
+        return ""
+    if not _compat.is_traceable_wrapper_subclass(out):
+        return f"returns a plain {type(out).__name__} (a copy, not a view): in-place ops on the result do not reach the input"
+    ins = _storages(x)
+    for n in flatten(out)[0]:
+        v = getattr(out, n)
+        if not isinstance(v, torch.Tensor) or _compat.is_traceable_wrapper_subclass(v):
+            continue
+        if not any(_compat.same_storage(v, s) for s in ins):
+            raise Fail(
+                f"{case.label} is a view op, but inner {n!r} of its result on {what} does not "
+                "share storage with any inner tensor of the input: it is a copy, so mutating the "
+                "view would not update the input",
+                _ALIAS_FIX,
+            )
+    if not _compat.same_storage(out, x):
+        raise Fail(
+            f"{case.label} is a view op, but its {type(out).__name__} result on {what} does not "
+            "alias the input at the wrapper level; AOTAutograd then treats the view as a new "
+            "tensor and replays mutations wrongly",
+            _ALIAS_FIX,
+        )
+    return ""
+
+
+def _check_inplace(run, case, x, out, what):
+    if case.twin is None:
+        return
+    expected = case.call_twin(x)
+    if not _compat.is_traceable_wrapper_subclass(out):
+        return
+    if not _compat.is_traceable_wrapper_subclass(expected) or type(expected) is not type(out):
+        return
+    names, ctx = flatten(out)
+    for n in flatten(expected)[0]:
+        a, e = getattr(out, n, None), getattr(expected, n)
+        if isinstance(e, torch.Tensor):
+            d = difference(a, e, f"inner {n!r}")
+            if d:
+                raise Fail(
+                    f"{case.label} on {what} left {d.split(':')[0]} different from what "
+                    f"{case.twin} computes ({d.split(': ', 1)[-1]}): the in-place op did not update "
+                    f"inner {n!r} the way the out-of-place op does",
+                    f"update every inner tensor in the {case.label.split('(')[0]} handler "
+                    "(e.g. func(x.a, ...); func(x.b, ...)) and return the input itself",
+                )

@@ -1,0 +1,75 @@
+"""Export check: ``torch.export`` of the ops on a sample input runs and matches eager, also
+after ``torch.export.save`` / ``torch.export.load``."""
+
+from __future__ import annotations
+
+import torch
+
+from . import _compat
+from .compare import difference
+from .compiled import composite
+from .ops import INPLACE
+from .runner import Check, Fail, Skip
+from .subject import describe
+
+__all__ = ["plan"]
+
+_FIX_OFF = "; or pass export=False (--no-export) if you never export models that take it"
+
+
+def plan(run) -> list:
+    if not run.export:
+        return [Check("export.round_trip", _off, ())]
+    return [Check("export.round_trip", _export, ("protocol.flatten", "protocol.round_trip_fake"))]
+
+
+def _off(run):
+    raise Skip("turned off (export=False)")
+
+
+class _Ops(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def _first_line(e) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+def _export(run):
+    cases = [c for c in run.compile_cases() if c.kind != INPLACE]
+    if not cases:
+        raise Skip("no op passed its eager check, so there is nothing to export")
+    x = run.first
+    fn = composite(cases)
+    expected = fn(x)
+    try:
+        ep = _compat.export(_Ops(fn), (x,))
+    except Exception as e:
+        raise Fail(
+            f"torch.export.export (non-strict) of {len(cases)} ops on {describe(x)} raised "
+            f"{type(e).__name__}: {_first_line(e)}",
+            "make the ops traceable with fake tensors (see the compile rows)" + _FIX_OFF,
+        ) from None
+    d = difference(ep.module()(x), expected)
+    if d:
+        raise Fail(f"the exported program's result differs from eager: {d}", "see the compile rows; export traces the same way")
+    try:
+        from .serialization import allowed_globals
+
+        ep2 = _compat.export_round_trip(ep, allowed_globals(run.cls))
+        got = ep2.module()(x)
+    except Exception as e:
+        raise Fail(
+            f"torch.export.save/load of the exported program failed: {type(e).__name__}: {_first_line(e)}",
+            "keep the class and its ctx importable at module level and picklable" + _FIX_OFF,
+        ) from None
+    d = difference(got, expected)
+    if d:
+        raise Fail(f"after torch.export.save/load the program's result differs from eager: {d}", "keep the ctx picklable with equal values")
+    return f"{len(cases)} ops, saved and loaded"

@@ -1,0 +1,182 @@
+"""Identity checks: the class can be found again by name, and its cache hash is the same
+in another process.
+
+AOTAutograd's cache pickles a wrapper class by reference (module + qualified name): a class
+defined inside a function cannot be pickled, so every graph that takes it bypasses the
+cache. Its cache key takes ``_stable_hash_for_caching()`` (or, without it, a pickle of the
+ctx); a hash built from ``hash()``, ``id()`` or an address-bearing repr differs in every
+process, so a warm cache never hits. The check sends the samples to a fresh interpreter
+with another ``PYTHONHASHSEED`` and compares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import time
+
+from . import _hashing
+from .runner import Check, Fail, Skip
+from .subject import describe, flatten
+
+__all__ = ["plan"]
+
+CHILD_TIMEOUT = 120.0
+
+
+def plan(run) -> list:
+    checks = [Check("identity.importable", _importable, ("protocol.flatten",))]
+    if _wanted(run, "identity.stable_hash"):
+        # Started now, collected last, so the child's torch import overlaps the other checks.
+        _spawn(run)
+    checks.append(
+        Check("identity.stable_hash", _stable_hash, ("protocol.flatten", "identity.importable", "ctx.picklable"), late=True)
+    )
+    return checks
+
+
+def _wanted(run, name: str) -> bool:
+    from .runner import _selected
+
+    return _selected(name, run.only)
+
+
+def _importable(run):
+    cls = run.cls
+    mod, qual = cls.__module__, cls.__qualname__
+    if "<locals>" in qual:
+        raise Fail(
+            f"{qual} is defined inside a function, so it cannot be imported by its qualified "
+            "name: AOTAutograd's cache cannot pickle it and is bypassed for every graph that "
+            "takes it (and torch.save/pickle of its instances fail)",
+            f"move class {cls.__name__} to module level",
+        )
+    try:
+        found = _hashing.import_qualified(mod, qual)
+    except Exception as e:
+        raise Fail(
+            f"{mod}:{qual} cannot be imported ({type(e).__name__}: {e}); caches and pickles "
+            "find the class by this name",
+            "define the class at module level under the name it was created with",
+        ) from None
+    if found is not cls:
+        raise Fail(
+            f"{mod}:{qual} names a different object than the class being checked (the class "
+            "was redefined or renamed after creation)",
+            "keep one definition per name; do not rebind the class name",
+        )
+    if mod == "__main__":
+        return "defined in __main__: other processes (cache readers, workers) cannot import it"
+    return ""
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    mine = os.environ.get("PYTHONHASHSEED")
+    env["PYTHONHASHSEED"] = "271828" if mine != "271828" else "314159"
+    paths = [p or os.getcwd() for p in sys.path]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    return env
+
+
+def _spawn(run) -> None:
+    state = run.state.setdefault("identity", {})
+    cls = run.cls
+    if "<locals>" in cls.__qualname__ or cls.__module__ == "__main__":
+        state["skip"] = f"{cls.__qualname__} cannot be imported by another process"
+        return
+    try:
+        payload = pickle.dumps([_hashing.encode(x) for x in run.samples])
+    except _hashing.Unsendable as e:
+        state["skip"] = str(e)
+        return
+    except Exception as e:
+        state["skip"] = f"the samples cannot be pickled for another process ({type(e).__name__}: {str(e)[:120]})"
+        return
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "subclass_kit.testing._hash_child"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_child_env(),
+    )
+    state["proc"] = proc
+    state["payload"] = payload
+    state["t0"] = time.perf_counter()
+
+    def cleanup():
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    run.state.setdefault("cleanups", []).append(cleanup)
+
+
+def _stable_hash(run):
+    state = run.state.get("identity", {})
+    if "skip" in state:
+        raise Skip(state["skip"])
+    proc = state["proc"]
+    try:
+        out, err = proc.communicate(state["payload"], timeout=CHILD_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise Skip(f"the child process did not answer within {CHILD_TIMEOUT:.0f}s") from None
+    if proc.returncode != 0:
+        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+        raise Fail(
+            f"a fresh process could not rebuild the samples: {tail[0]}",
+            "make the class and its ctx importable at module level",
+        )
+    theirs = json.loads(out.decode())
+    has_own = hasattr(run.cls, "_stable_hash_for_caching")
+    what = "_stable_hash_for_caching()" if has_own else "torch's default subclass hash (a pickle of the ctx)"
+    mine = [_hashing.stable_hash(x) for x in run.samples]
+    for i, (x, a, b) in enumerate(zip(run.samples, mine, theirs)):
+        if "error" in b:
+            raise Fail(
+                f"computing {what} for sample {i} ({describe(x)}) in a fresh process raised {b['error']}",
+                "make the hash depend only on the class, the ctx values and the outer metadata",
+            )
+        if a != b["hash"]:
+            fix = (
+                "build it from canonical data only: e.g. sha256 of json.dumps([class qualname, ctx "
+                "values, sizes], sort_keys=True); never hash(), id() or a repr with an address"
+            )
+            if not has_own:
+                fix = "define _stable_hash_for_caching(self) -> str that way, or make the ctx pickle deterministically (no sets of strings)"
+            raise Fail(
+                f"{what} of sample {i} ({describe(x)}) differs across processes ({a[:16]}... here, "
+                f"{b['hash'][:16]}... in a process with another PYTHONHASHSEED), so AOTAutograd's "
+                "cache never hits after a restart",
+                fix,
+            )
+    by_hash = {}
+    for i, (x, h) in enumerate(zip(run.samples, mine)):
+        ctx = flatten(x)[1]
+        key = (h, tuple(x.shape), x.dtype, x.requires_grad)
+        if key in by_hash:
+            j, other = by_hash[key]
+            if not _eq(other, ctx):
+                raise Fail(
+                    f"samples {j} and {i} have different ctx ({other!r:.60} vs {ctx!r:.60}) but the same "
+                    f"{what}, so the cache could serve one's graph to the other",
+                    "include every ctx value in the hash",
+                )
+        by_hash[key] = (i, ctx)
+    secs = time.perf_counter() - state["t0"]
+    note = f"same in a fresh process ({secs:.1f}s incl. start-up)"
+    if not has_own:
+        note += " (torch's default hash: the class has no _stable_hash_for_caching)"
+    return note
+
+
+def _eq(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
