@@ -1,0 +1,263 @@
+"""Walks a value the way dynamo wraps a frame's inputs and collects the guards it would install.
+
+Order follows dynamo's ``VariableBuilder``: a container's type and length (or keys) before
+its items; a wrapped tensor's type, ctx, own TENSOR_MATCH and marks before its inner
+tensors, then the inner names; shape guards (duck sizing, stride relations, ranges) and
+``__inner_shapes__`` relations after every input has been seen, as dynamo emits its
+ShapeEnv guards last.
+"""
+
+from __future__ import annotations
+
+import copy
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from . import _compat
+from ._autodynamic import FrameState
+from ._dims import DimKind, Marks, policy_marks, read_marks, split_policy
+from ._kinds import (
+    CtxMatch,
+    Guard,
+    InnerNames,
+    KeysMatch,
+    LenMatch,
+    MarkMatch,
+    NoAliasing,
+    NotNan,
+    Relation,
+    ShapeEquality,
+    ShapeRange,
+    SpecMatch,
+    TensorMatch,
+    TypeMatch,
+    ValueMatch,
+)
+from ._canonical import type_name
+from ._shapes import ShapeSim
+from ._sources import AttrSource, InnerSource, ItemSource, Source
+from .errors import PolicyViolationError, UnhashableContextError, UnsupportedValueError
+
+__all__ = ["Collected", "collect"]
+
+# Leaves dynamo specializes on by value (EQUALS_MATCH / ID_MATCH).
+_VALUE_LEAVES = (bool, str, bytes, type(None), torch.dtype, torch.device, torch.layout,
+                 torch.memory_format, enum.Enum, complex)
+
+
+@dataclass
+class Collected:
+    """The guards for one frame of inputs, in dynamo's order, plus the tensors matched."""
+
+    guards: list = field(default_factory=list)
+    tensor_matches: list = field(default_factory=list)  # TensorMatch, in order
+    sim: ShapeSim | None = None
+
+
+class _Walker:
+    def __init__(self, *, dynamic: bool | None, state: FrameState | None, render: Callable[[Source], str]):
+        self.dynamic = dynamic
+        self.state = state
+        self.render = render
+        self.sim = ShapeSim()
+        self.out = Collected(sim=self.sim)
+        self.tensors: list[tuple[Source, torch.Tensor]] = []
+        self.wrappers: list[tuple[Source, torch.Tensor]] = []
+
+    def add(self, g: Guard) -> None:
+        self.out.guards.append(g)
+
+    # -- containers and leaves ---------------------------------------------------------
+    def visit(self, v: Any, src: Source, policy: Any, nested: bool = False) -> None:
+        if isinstance(v, torch.Tensor):
+            self.tensor(v, src, policy, nested)
+        elif isinstance(v, (list, tuple)):
+            self.add(TypeMatch(src, type(v)))
+            self.add(LenMatch(src, len(v)))
+            sub = policy if isinstance(policy, (list, tuple)) and len(policy) == len(v) else None
+            for i, x in enumerate(v):
+                self.visit(x, ItemSource(i, src), None if sub is None else sub[i])
+        elif isinstance(v, dict):
+            self.add(TypeMatch(src, type(v)))
+            for k in v:
+                if not isinstance(k, (str, int, bool, type(None), enum.Enum)):
+                    raise UnsupportedValueError(
+                        f"{self.render(src)} has a key {k!r} ({type(k).__name__}); only str, int, "
+                        "bool, None and Enum keys can be guarded. Use a list or a str-keyed dict."
+                    )
+            self.add(KeysMatch(src, tuple(v)))
+            sub = policy if isinstance(policy, dict) else {}
+            for k, x in v.items():
+                self.visit(x, ItemSource(k, src), sub.get(k))
+        elif isinstance(v, _VALUE_LEAVES):
+            self.add(ValueMatch(src, v))
+        elif type(v) is int or type(v) is float:
+            if self._scalar_dynamic(src, v):
+                self.add(TypeMatch(src, type(v), structural=False))
+                if type(v) is float:
+                    self.add(NotNan(src))
+            else:
+                self.add(ValueMatch(src, v))
+        else:
+            # An arbitrary object: dynamo guards it by type plus whatever attributes the
+            # traced code reads; only the type is modelled here.
+            self.add(TypeMatch(src, type(v), structural=False))
+
+    def _scalar_dynamic(self, src, v) -> bool:
+        if self.dynamic is True:
+            return True
+        if self.state is None:
+            return False
+        return self.state.record_scalar(self.render(src), v)
+
+    # -- tensors -----------------------------------------------------------------------
+    def _marks(self, t, policy, nested) -> Marks:
+        if policy is None:
+            return read_marks(t)
+        outer, _ = split_policy(policy)
+        return policy_marks(outer, t.dim(), nested=nested)
+
+    def _kinds(self, t, src, marks: Marks):
+        """Per-dim ``(kind, lo, hi)`` and per-dim stride dynamism, dynamo's precedence."""
+        entry = None
+        if self.state is not None and not _compat.is_fake(t):
+            strict = [i for i, d in marks.dims.items() if d.kind == "dynamic"]
+            entry = self.state.record_tensor(self.render(src), tuple(t.size()), tuple(t.stride()), strict)
+        kinds, stride_dyn = [], []
+        for i in range(t.dim()):
+            d = marks.dims.get(i)
+            mk = d.kind if d is not None else None
+            auto = entry is not None and entry.size_dynamic(i)
+            if mk == "unbacked":
+                kinds.append((DimKind.UNBACKED, None, None))
+            elif mk == "dynamic":
+                kinds.append((DimKind.DYNAMIC, d.min, d.max))
+            elif mk == "auto" or (auto and mk != "static"):
+                kinds.append((DimKind.DYNAMIC, None, None))
+            elif self.dynamic is not True or mk == "static":
+                kinds.append((DimKind.STATIC, None, None))
+            else:
+                kinds.append((DimKind.DUCK, None, None))
+            stride_dyn.append(mk is None and entry is not None and entry.stride_dynamic(i))
+        return kinds, stride_dyn
+
+    def tensor(self, t: torch.Tensor, src: Source, policy: Any, nested: bool) -> None:
+        if _compat.is_dtensor(t):
+            self.dtensor(t, src, policy)
+            return
+        wrapper = _compat.is_traceable_wrapper_subclass(t)
+        cls = torch.Tensor if _compat.is_fake(t) else type(t)
+        marks = self._marks(t, policy, nested)
+        if wrapper and nested and any(d.kind == "dynamic" for d in marks.dims.values()):
+            raise PolicyViolationError(
+                f"{self.render(src)} is a wrapper inside a wrapper marked with mark_dynamic on "
+                f"dims {sorted(i for i, d in marks.dims.items() if d.kind == 'dynamic')}; dynamo "
+                "fakeifies it from its concrete outer size and raises ConstraintViolationError. "
+                "Mark it with torch._dynamo.maybe_mark_dynamic (symbolic.apply does this)."
+            )
+        if wrapper:
+            self.add(TypeMatch(src, cls))
+            names, ctx = t.__tensor_flatten__()
+            try:
+                hash(ctx)
+            except TypeError as e:
+                raise UnhashableContextError(
+                    f"{type_name(type(t), short=True)}.__tensor_flatten__() returned an unhashable ctx "
+                    f"{ctx!r} for {self.render(src)} ({e}). Guards compare and key it by value: return a "
+                    "tuple, a frozen dataclass or another hashable immutable value (the kit's "
+                    "meta() fields do this for you)."
+                ) from None
+            self.add(CtxMatch(src, type(t), copy.deepcopy(ctx)))
+            # dynamo lists the inner names last; here they come first so that an explanation
+            # reports a missing inner tensor once instead of failing to read it.
+            self.add(InnerNames(src, tuple(names)))
+        kinds, stride_dyn = self._kinds(t, src, marks)
+        shape = self.sim.tensor(src, t, kinds, stride_dyn)
+        keys = None if _compat.is_fake(t) else _compat.dispatch_keys(t)
+        tm = TensorMatch(src, cls, keys, t.dtype, t.device, t.requires_grad,
+                         tuple(shape.static_sizes()), tuple(shape.static_strides()))
+        self.out.tensor_matches.append(tm)
+        self.add(tm)
+        if not _compat.is_fake(t):
+            self.add(MarkMatch(src, tuple(sorted(marks.attrs.items()))))
+        self.tensors.append((src, t))
+        if wrapper:
+            _, inner_pol = split_policy(policy)
+            for name in names:
+                inner = getattr(t, name)
+                isrc = InnerSource(name, src)
+                if isinstance(inner, torch.Tensor):
+                    self.tensor(inner, isrc, inner_pol.get(name), nested=True)
+                else:  # an opaque reference (e.g. a DeviceMesh): its type only
+                    self.add(TypeMatch(isrc, type(inner), structural=False))
+            self.wrappers.append((src, t))
+        if not _compat.is_fake(t) and t._is_view() and t._base is not None:
+            self.base(t._base, AttrSource(src, "_base"))
+
+    def base(self, b: torch.Tensor, src: Source) -> None:
+        """A view's base: dynamo fakeifies it (symbols, symbolic guards) but does not match it."""
+        marks = read_marks(b)
+        kinds, stride_dyn = self._kinds(b, src, marks)
+        self.sim.tensor(src, b, kinds, stride_dyn, match=False)
+        if _compat.is_traceable_wrapper_subclass(b):
+            for name in b.__tensor_flatten__()[0]:
+                inner = getattr(b, name)
+                if isinstance(inner, torch.Tensor):
+                    self.base(inner, InnerSource(name, src))
+
+    def dtensor(self, t, src: Source, policy: Any) -> None:
+        # dynamo: TYPE_MATCH, the spec (placements, mesh, order, dtype; shapes skipped),
+        # requires_grad by value, then the local tensor in full. No TENSOR_MATCH on the outer.
+        self.add(TypeMatch(src, type(t)))
+        self.add(SpecMatch(src, copy.deepcopy(t._spec)))
+        _, inner_pol = split_policy(policy)
+        self.tensor(t._local_tensor, InnerSource("_local_tensor", src), inner_pol.get("_local_tensor"), nested=True)
+        self.add(ValueMatch(AttrSource(src, "requires_grad"), bool(t.requires_grad)))
+
+    # -- after all inputs --------------------------------------------------------------
+    def finish(self) -> Collected:
+        eqs, ranges = self.sim.finish()
+        first = self.sim.first_sources()
+        groups: dict[int, list[Source]] = {}
+        for src, t in self.tensors:
+            groups.setdefault(id(t), []).append(src)
+        if len(self.tensors) > 1:
+            self.add(NoAliasing(tuple(tuple(g) for g in groups.values())))
+        for src, t in self.wrappers:
+            self._relations(src, t)
+        for e in eqs:
+            self.add(ShapeEquality(e.source, e.expr, {s: first[s] for s in e.expr.free_symbols}))
+        for r in ranges:
+            self.add(ShapeRange(r.source, r.lo, r.hi))
+        return self.out
+
+    def _relations(self, src: Source, t) -> None:
+        fn = getattr(type(t), "__inner_shapes__", None)
+        if fn is None:
+            return
+        shapes = {s.source: s for s in self.sim.tensors}
+        outer = shapes.get(src)
+        if outer is None or all(isinstance(x, int) or x.is_Integer for x in outer.sizes):
+            return  # all outer sizes static: TENSOR_MATCH already pins every inner size
+        try:
+            expect = fn(t.size(), t.__tensor_flatten__()[1])
+        except Exception:
+            return
+        for name in t.__tensor_flatten__()[0]:
+            inner = shapes.get(InnerSource(name, src))
+            if inner is None or name not in expect:
+                continue
+            for d in range(min(len(expect[name]), len(inner.sizes))):
+                self.add(Relation(src, type(t), name, d))
+
+
+def collect(roots, *, dynamic: bool | None, state: FrameState | None,
+            render: Callable[[Source], str]) -> Collected:
+    """Guards for ``roots`` (a list of ``(source, value, policy)``)."""
+    w = _Walker(dynamic=dynamic, state=state, render=render)
+    for src, v, pol in roots:
+        w.visit(v, src, pol)
+    return w.finish()

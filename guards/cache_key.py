@@ -1,0 +1,63 @@
+"""``cache_key``: a stable name for "the compiled artifact that may serve this input".
+
+The key hashes the canonical form of the input's guard set: types, ctx values, dtypes,
+devices, requires_grad, static sizes and strides, and for dynamic dims only their symbolic
+structure (which symbols are shared, strides in terms of sizes, ranges). So it changes
+with a meta value, a dtype or a static size, and stays the same when only a dynamic size
+changes, exactly as the guards would accept or reject. Canonical JSON with a version field,
+then sha256: the same in every process and on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from ._sources import ROOT
+
+__all__ = ["VERSION", "cache_key", "cache_key_payload"]
+
+VERSION = 1
+
+
+def cache_key_payload(value: Any, *, policy: Any = None, dynamic: bool | None = None) -> str:
+    """The canonical JSON text ``cache_key`` hashes (for debugging a key mismatch).
+
+    Example:
+        >>> import torch
+        >>> cache_key_payload(torch.ones(2, dtype=torch.float16))[:40]
+        '{"guards":[["tensor","L[\\'x\\']","torch.Te'
+    """
+    from .guardset import _build
+
+    gs = _build([(ROOT, value, policy)], name="x", dynamic=dynamic, state=None, compile=False)
+    return json.dumps(gs.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def cache_key(value: Any, *, policy: Any = None, dynamic: bool | None = None) -> str:
+    """A sha256 hex key, equal exactly when the same compiled artifact may serve ``value``.
+
+    Works on real tensors (reading their dimension marks, or ``policy``) and on the fake
+    tensors torch traces with (symbolic sizes count as dynamic), so a wrapper's
+    ``_stable_hash_for_caching`` can return it.
+
+    Args:
+        value: a tensor, wrapped tensor or pytree of them.
+        policy, dynamic: as for ``guards.build``.
+
+    Raises:
+        UnstableKeyError: a ctx holds a value with no process-independent form.
+        UnhashableContextError: a ctx cannot be hashed.
+
+    Example:
+        >>> import torch
+        >>> a, b = torch.ones(8, 3), torch.ones(9, 3)
+        >>> cache_key(a) == cache_key(b)
+        False
+        >>> torch._dynamo.mark_dynamic(a, 0); torch._dynamo.mark_dynamic(b, 0)
+        >>> cache_key(a) == cache_key(b)
+        True
+    """
+    payload = cache_key_payload(value, policy=policy, dynamic=dynamic)
+    return hashlib.sha256(payload.encode("ascii")).hexdigest()

@@ -1,0 +1,37 @@
+"""Errors raised by ``guards``; each also subclasses the matching builtin, so callers can
+catch either ``GuardError`` or the builtin they already expect.
+
+Example:
+    >>> issubclass(UnhashableContextError, TypeError)
+    True
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "GuardError",
+    "UnhashableContextError",
+    "UnstableKeyError",
+    "PolicyViolationError",
+    "UnsupportedValueError",
+]
+
+
+class GuardError(Exception):
+    """Base of every error the guards package raises."""
+
+
+class UnhashableContextError(GuardError, TypeError):
+    """A wrapper's ``__tensor_flatten__`` ctx cannot be hashed, so it cannot be guarded or keyed."""
+
+
+class UnstableKeyError(GuardError, TypeError):
+    """A value inside a ctx has no process-independent form, so no stable cache key exists."""
+
+
+class PolicyViolationError(GuardError, ValueError):
+    """An input contradicts its own marks or policy (dynamo would refuse to compile it)."""
+
+
+class UnsupportedValueError(GuardError, TypeError):
+    """A value of a kind the guard builder cannot describe (e.g. a dict with unhashable keys)."""
