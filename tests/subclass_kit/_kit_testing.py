@@ -69,16 +69,45 @@ def storage_id(t) -> int:
     return t.untyped_storage()._cdata
 
 
-def run_python(code: str, *, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run ``python -c code`` in a fresh interpreter from the repo root; raise with its output."""
+def _child_env(env: dict | None) -> dict:
     full_env = dict(os.environ)
     full_env["PYTHONPATH"] = os.pathsep.join(
         [str(REPO), str(pathlib.Path(__file__).parent), full_env.get("PYTHONPATH", "")]
     )
     full_env.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, env=full_env, capture_output=True, text=True, timeout=timeout
-    )
-    if proc.returncode != 0:
-        raise AssertionError(f"subprocess failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
-    return proc
+    return full_env
+
+
+def run_pythons(jobs, *, timeout: float = 300) -> list:
+    """Run ``python -c code`` for each ``(code, env)`` in fresh interpreters, concurrently
+    (importing torch dominates; the machine has cores to overlap it). Returns the stdouts;
+    raises with the output of any child that failed. Every child is reaped."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=REPO,
+            env=_child_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for code, env in jobs
+    ]
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            if p.returncode != 0:
+                raise AssertionError(f"subprocess failed ({p.returncode}):\n{out}\n{err}")
+            outs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return outs
+
+
+def run_python(code: str, *, env: dict | None = None, timeout: float = 300) -> str:
+    """Run ``python -c code`` in a fresh interpreter from the repo root; return its stdout."""
+    return run_pythons([(code, env)], timeout=timeout)[0]
