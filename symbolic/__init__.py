@@ -30,6 +30,6 @@ from .errors import (
 from .dims import Dim as Dim
 from .policy import SubclassPolicy as SubclassPolicy
 from .protocol import walk as walk
-from .relations import relations as relations, size_symbol as size_symbol
+from .relations import relations as relations, size_sources as size_sources, size_symbol as size_symbol
 from .planning import plan as plan
 from .marking import apply as apply, mark_dynamic as mark_dynamic, marks as marks

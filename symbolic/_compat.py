@@ -11,12 +11,14 @@ from typing import Any
 
 import sympy
 import torch
+from torch._dynamo import forbid_in_graph as forbid_in_graph
 from torch._dynamo import mark_dynamic as _torch_mark_dynamic
 from torch._dynamo import mark_static as _torch_mark_static
 from torch._dynamo import maybe_mark_dynamic as _torch_maybe_mark_dynamic
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass as _is_traceable
 
 __all__ = [
+    "forbid_in_graph",
     "is_traceable_wrapper_subclass",
     "torch_mark",
     "mark_self",
@@ -77,7 +79,8 @@ def mark_self(t: torch.Tensor, kind: str, dim: int, *, min=None, max=None) -> No
     if not _is_traceable(t):
         torch_mark(t, kind, dim, min=min, max=max)
         return
-    stand_in = torch.empty_strided(tuple(t.size()), tuple(t.stride()), device="meta")
+    # Only the rank matters to torch's marking; zero sizes also cover jagged (nested-int) dims.
+    stand_in = torch.empty((0,) * t.dim(), device="meta")
     for k, v in _own_marks(t).items():
         setattr(stand_in, k, copy.copy(v))
     torch_mark(stand_in, kind, dim, min=min, max=max)

@@ -23,6 +23,9 @@ from .sources import ROOT, InnerSource, Source
 __all__ = ["mark_dynamic", "apply", "marks"]
 
 
+# Marks are read when dynamo fakeifies an input; inside a compiled region they are too late,
+# so tracing through these is an error, as it is for torch's own mark_dynamic.
+@_compat.forbid_in_graph
 def mark_dynamic(t: torch.Tensor, dims: Any, *, min: int | None = None, max: int | None = None,
                  inner: Any = "derived") -> SubclassPolicy:
     """Mark outer dims of ``t`` dynamic and decide, per inner tensor, what that implies.
@@ -52,8 +55,8 @@ def mark_dynamic(t: torch.Tensor, dims: Any, *, min: int | None = None, max: int
         >>> import torch
         >>> from torch.testing._internal.two_tensor import TwoTensor
         >>> x = TwoTensor(torch.ones(4, 2), torch.ones(4, 2))
-        >>> mark_dynamic(x, 0, max=64).inner["a"]
-        mappingproxy({0: Dim.dynamic(max=64)})
+        >>> dict(mark_dynamic(x, 0, max=64).inner["a"])
+        {0: Dim.dynamic(max=64)}
         >>> x.a._dynamo_dynamic_indices
         {0}
     """
@@ -68,6 +71,7 @@ def mark_dynamic(t: torch.Tensor, dims: Any, *, min: int | None = None, max: int
     return policy
 
 
+@_compat.forbid_in_graph
 def apply(t: torch.Tensor, policy: SubclassPolicy) -> None:
     """Apply a ``SubclassPolicy`` to ``t`` and the tensors inside it, through torch's marks.
 

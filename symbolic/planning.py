@@ -170,7 +170,7 @@ def _derive_dim(info: TensorShape, j: int, outer: dict[int, Dim], root: TensorSh
         d = outer.get(root_dims[s]) if s in root_dims else None
         if d is not None and d.kind == "dynamic":
             ranges[s] = (d.min, d.max)
-        elif d is not None and d.kind == "static":
+        elif d is not None and d.kind == "static" and type(root.tensor.size(root_dims[s])) is int:
             v = root.tensor.size(root_dims[s])
             ranges[s] = (v, v)
         else:

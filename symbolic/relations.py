@@ -19,17 +19,19 @@ are different symbols).
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import sympy
 import torch
 
 from .errors import PolicyTypeError, RelationError
-from .protocol import ctx_of, inner_items, is_wrapper, path_of, where
-from .sources import ROOT, InnerSource, Source
+from .protocol import ctx_of, inner_items, is_wrapper, path_of, walk, where
+from .sources import ROOT, InnerSource, SizeSource, Source
 
-__all__ = ["size_symbol", "relations", "TensorShape", "analyze"]
+__all__ = ["size_symbol", "size_sources", "relations", "TensorShape", "analyze"]
 
 
 def size_symbol(path: str, dim: int) -> sympy.Symbol:
@@ -41,6 +43,25 @@ def size_symbol(path: str, dim: int) -> sympy.Symbol:
     """
     name = f"s{dim}" if path == "" else f"{path.replace('.', '_')}_{dim}"
     return sympy.Symbol(name, integer=True, positive=True)
+
+
+def size_sources(t: torch.Tensor) -> dict[sympy.Symbol, SizeSource]:
+    """Each size symbol of ``t`` (as ``relations`` names them) and the source of that size.
+
+    Lets a relation be read against a tensor, or rendered with dynamo's names.
+
+    Example:
+        >>> import torch
+        >>> from torch.testing._internal.two_tensor import TwoTensor
+        >>> x = TwoTensor(torch.ones(4), torch.ones(4))
+        >>> {str(k): v.name("x") for k, v in size_sources(x).items()}
+        {'s0': "L['x'].size()[0]", 'a_0': "L['x'].a.size()[0]", 'b_0': "L['x'].b.size()[0]"}
+    """
+    return {
+        size_symbol(path_of(src), i): SizeSource(src, i)
+        for src, tensor in walk(t)
+        for i in range(tensor.dim())
+    }
 
 
 @dataclass(frozen=True)
@@ -73,12 +94,12 @@ def _tidy(expr: Any) -> sympy.Expr:
     return sympy.simplify(expr) if not expr.is_Atom else expr
 
 
-def _evaluate(cls: type, ndim: int, ctx: Any) -> dict[str, tuple]:
+def _evaluate(cls: type, ndim: int, ctx: Any) -> Mapping[str, tuple]:
     outer = tuple(size_symbol("", i) for i in range(ndim))
     try:
         shapes = cls.__inner_shapes__(outer, ctx)
-    except TypeError as e:
-        if "truth value" in str(e) or "Relational" in str(e):
+    except Exception as e:
+        if isinstance(e, TypeError) and ("truth value" in str(e) or "Relational" in str(e)):
             raise RelationError(
                 f"{cls.__name__}.__inner_shapes__ branches on a size (`if`, `max`, `min`, `%` "
                 f"tested in Python), which sympy symbols cannot answer ({e}). Write it as plain "
@@ -88,13 +109,9 @@ def _evaluate(cls: type, ndim: int, ctx: Any) -> dict[str, tuple]:
             f"{cls.__name__}.__inner_shapes__ failed on symbolic outer size {outer}: {e!r}. It "
             "must be plain arithmetic that runs on ints, SymInts and sympy symbols."
         ) from e
-    except Exception as e:
-        raise RelationError(
-            f"{cls.__name__}.__inner_shapes__ failed on symbolic outer size {outer}: {e!r}. It "
-            "must be plain arithmetic that runs on ints, SymInts and sympy symbols."
-        ) from e
     try:
-        return {name: tuple(_tidy(s) for s in shape) for name, shape in shapes.items()}
+        # Read-only: the result is cached and shared between callers.
+        return MappingProxyType({name: tuple(_tidy(s) for s in shape) for name, shape in shapes.items()})
     except (TypeError, sympy.SympifyError, AttributeError) as e:
         raise RelationError(
             f"{cls.__name__}.__inner_shapes__ must return {{inner_name: tuple_of_sizes}}, got "
@@ -103,11 +120,11 @@ def _evaluate(cls: type, ndim: int, ctx: Any) -> dict[str, tuple]:
 
 
 @functools.lru_cache(maxsize=256)
-def _evaluate_cached(cls: type, ndim: int, ctx: Any) -> dict[str, tuple]:
+def _evaluate_cached(cls: type, ndim: int, ctx: Any) -> Mapping[str, tuple]:
     return _evaluate(cls, ndim, ctx)
 
 
-def _inner_shapes_of(cls: type, ndim: int, ctx: Any) -> dict[str, tuple] | None:
+def _inner_shapes_of(cls: type, ndim: int, ctx: Any) -> Mapping[str, tuple] | None:
     if not callable(getattr(cls, "__inner_shapes__", None)):
         return None
     try:
@@ -116,6 +133,15 @@ def _inner_shapes_of(cls: type, ndim: int, ctx: Any) -> dict[str, tuple] | None:
         return _evaluate(cls, ndim, ctx)
     # simplify() is slow (~0.1 s); mark_dynamic in a loop over sizes must not pay it each time.
     return _evaluate_cached(cls, ndim, ctx)
+
+
+def _known(symbols, sizes) -> dict:
+    # Jagged dims (nested ints) have no single value; their symbols stay free.
+    return {s: sympy.Integer(n) for s, n in zip(symbols, sizes) if type(n) is int}
+
+
+def _same_int(a, b) -> bool:
+    return type(a) is int and type(b) is int and a == b
 
 
 def analyze(t: torch.Tensor) -> list[TensorShape]:
@@ -135,7 +161,7 @@ def analyze(t: torch.Tensor) -> list[TensorShape]:
     out: list[TensorShape] = []
     values: dict[sympy.Symbol, int] = {}
     root_syms = tuple(size_symbol("", i) for i in range(t.dim()))
-    values.update(zip(root_syms, (sympy.Integer(int(s)) for s in t.shape)))
+    values.update(_known(root_syms, t.shape))
     _analyze(t, ROOT, root_syms, root_syms, values, out)
     return out
 
@@ -151,7 +177,7 @@ def _analyze(t, src, symbols, exprs, values, out) -> None:
         isrc = InnerSource(name, src)
         path = path_of(isrc)
         syms = tuple(size_symbol(path, j) for j in range(v.dim()))
-        values.update(zip(syms, (sympy.Integer(int(s)) for s in v.shape)))
+        values.update(_known(syms, v.shape))
         if shapes is not None and name in shapes:
             shape = shapes[name]
             if len(shape) != v.dim():
@@ -162,6 +188,8 @@ def _analyze(t, src, symbols, exprs, values, out) -> None:
             iexprs = tuple(e.xreplace(canon) for e in shape)
             for j, e in enumerate(iexprs):
                 got = v.size(j)
+                if type(got) is not int:
+                    continue  # a nested int (jagged dim) has no value to check against
                 want = e.xreplace(values)
                 if want.free_symbols or want != got:
                     raise RelationError(
@@ -172,7 +200,7 @@ def _analyze(t, src, symbols, exprs, values, out) -> None:
         else:
             # No declared relation: only the "same size at the same index" ones are safe to infer.
             iexprs = tuple(
-                exprs[j] if j < t.dim() and v.size(j) == t.size(j) else syms[j]
+                exprs[j] if j < t.dim() and _same_int(v.size(j), t.size(j)) else syms[j]
                 for j in range(v.dim())
             )
         _analyze(v, isrc, syms, iexprs, values, out)

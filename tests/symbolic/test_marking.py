@@ -300,3 +300,13 @@ def test_plain_tensor_mark_dynamic_is_torch_mark_dynamic():
     symbolic.mark_dynamic(x, 0, min=2, max=8)
     torch._dynamo.mark_dynamic(y, 0, min=2, max=8)
     assert {k: v for k, v in vars(x).items()} == {k: v for k, v in vars(y).items()}
+
+
+def test_marking_inside_a_compiled_region_is_an_error():
+    @torch.compile(backend="eager", fullgraph=True)
+    def f(x):
+        symbolic.mark_dynamic(x, 0)
+        return x * 2
+
+    with pytest.raises(Exception, match="forbidden callable"):
+        f(torch.ones(3))

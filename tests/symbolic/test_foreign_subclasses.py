@@ -1,0 +1,76 @@
+"""symbolic on torch's own subclasses: DTensor, TwoTensor, jagged NestedTensor (no __inner_shapes__)."""
+
+import pytest
+import sympy
+import torch
+import torch.distributed as dist
+from torch._dynamo.testing import CompileCounterWithBackend
+from torch.testing._internal.two_tensor import TwoTensor as TorchTwoTensor
+
+import symbolic
+from symbolic import Dim, SubclassPolicy, size_symbol
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    # torch's in-process "fake" process group: a 2-rank world without spawning, no comms needed
+    # for the local-only ops used here.
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        yield DeviceMesh("cpu", [0, 1])
+    finally:
+        dist.destroy_process_group()
+
+
+def test_dtensor_replicate_relations_and_one_compile(mesh):
+    from torch.distributed.tensor import DTensor, Replicate
+
+    def make(rows):
+        return DTensor.from_local(torch.randn(rows, 4), mesh, [Replicate()], run_check=False)
+
+    x = make(8)
+    assert symbolic.relations(x) == [sympy.Eq(size_symbol("_local_tensor", 0), size_symbol("", 0)),
+                                     sympy.Eq(size_symbol("_local_tensor", 1), size_symbol("", 1))]
+    assert symbolic.plan(x, 0) == SubclassPolicy(outer=[0], inner={"_local_tensor": [0]})
+
+    cnt = CompileCounterWithBackend("aot_eager")
+    f = torch.compile(lambda x: (x * 2).to_local(), backend=cnt, fullgraph=True)
+    for rows in (8, 12, 16):
+        x = make(rows)
+        symbolic.mark_dynamic(x, 0)
+        torch.testing.assert_close(f(x), x.to_local() * 2)
+    assert cnt.frame_count == 1
+
+
+def test_dtensor_shard_needs_an_explicit_inner_policy(mesh):
+    from torch.distributed.tensor import DTensor, Shard
+
+    x = DTensor.from_local(torch.randn(8, 4), mesh, [Shard(0)], run_check=False)
+    assert x.shape == (16, 4)
+    # rows / world_size is not an equality on the example, so nothing is inferred for dim 0 ...
+    assert [str(e) for e in symbolic.relations(x)] == ["Eq(_local_tensor_1, s1)"]
+    assert symbolic.plan(x, 0).inner == {}
+    # ... and the user names it.
+    p = symbolic.plan(x, 0, inner={"_local_tensor": [0]})
+    assert p.inner["_local_tensor"] == {0: Dim.dynamic()}
+
+
+def test_torch_two_tensor_derived_equals_same_dim():
+    x = TorchTwoTensor(torch.ones(6, 4), torch.ones(6, 4))
+    assert symbolic.plan(x, [0, 1]) == symbolic.plan(x, [0, 1], inner="same_dim")
+
+
+def test_jagged_nested_tensor_does_not_trip_on_nested_ints():
+    nt = torch.nested.nested_tensor([torch.randn(2, 4), torch.randn(3, 4)], layout=torch.jagged)
+    names = symbolic.sources(nt)
+    assert "L['x']._values.size()[0]" in names and "L['x']._offsets.size()[0]" in names
+    assert names["L['x']._values.size()[0]"](nt) == 5
+    # Inference is by index: _values (sum_j, D) vs outer (B, j, D) shares no index, so it
+    # is named explicitly (and nested ints never count as equal sizes).
+    assert all(e.lhs != size_symbol("_values", 1) for e in symbolic.relations(nt))
+    p = symbolic.mark_dynamic(nt, 2, inner={"_values": [1]})
+    assert p.outer == {2: Dim.dynamic()} and p.inner["_values"] == {1: Dim.dynamic()}
+    assert symbolic.marks(nt).inner["_values"] == {1: Dim.dynamic()}

@@ -1,0 +1,110 @@
+"""sources(): every size, stride and storage offset, named exactly as dynamo's guards name them."""
+
+import re
+
+import torch
+from expecttest import assert_expected_inline
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+from torch.testing._internal.two_tensor import TwoTensor as TorchTwoTensor
+
+import symbolic
+import symbolic.sources as sources_module
+from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
+from symbolic import InnerSource, SizeSource, StorageOffsetSource, StrideSource, ViewBaseSource
+
+# Any size/stride/storage-offset expression dynamo writes in a guard about the local `x`.
+_NAME = re.compile(r"L\['x'\](?:\.\w+)*\.(?:size\(\)\[\d+\]|stride\(\)\[\d+\]|storage_offset\(\))")
+
+
+def test_plain_and_wrapped_names_and_fetch():
+    x = BlockScaled.from_float(torch.randn(70, 8))
+    got = symbolic.sources(x)
+    assert_expected_inline(
+        "\n".join(got),
+        """\
+L['x'].size()[0]
+L['x'].size()[1]
+L['x'].stride()[0]
+L['x'].stride()[1]
+L['x'].storage_offset()
+L['x'].qdata.size()[0]
+L['x'].qdata.size()[1]
+L['x'].qdata.stride()[0]
+L['x'].qdata.stride()[1]
+L['x'].qdata.storage_offset()
+L['x'].scale.size()[0]
+L['x'].scale.size()[1]
+L['x'].scale.stride()[0]
+L['x'].scale.stride()[1]
+L['x'].scale.storage_offset()""",
+    )
+    # Each source fetches what its name says.
+    assert got["L['x'].scale.size()[0]"] == SizeSource(InnerSource("scale"), 0)
+    assert got["L['x'].scale.size()[0]"](x) == 3
+    assert got["L['x'].qdata.stride()[0]"](x) == 8
+    assert got["L['x'].scale.storage_offset()"](x) == 0
+    assert list(symbolic.sources(x, name="w"))[0] == "L['w'].size()[0]"
+
+
+def test_module_is_callable_and_still_a_module():
+    x = torch.ones(2, 3)
+    assert symbolic.sources(x) == sources_module.sources(x) == sources_module(x)
+    assert sources_module.SizeSource is SizeSource and symbolic.sources.StrideSource is StrideSource
+
+
+def test_views_include_their_base():
+    base = torch.randn(10, 8)
+    x = ScaledTensor(base[2:].to(torch.int8), torch.ones(8, 1))
+    view = ScaledTensor(torch.randint(0, 5, (10, 8), dtype=torch.int8)[2:], torch.ones(8, 1))
+    got = symbolic.sources(view)
+    assert "L['x'].qdata._base.size()[0]" in got and "L['x'].qdata.storage_offset()" in got
+    assert got["L['x'].qdata._base.size()[0]"] == SizeSource(ViewBaseSource(InnerSource("qdata")), 0)
+    assert got["L['x'].qdata._base.size()[0]"](view) == 10
+    assert got["L['x'].qdata.storage_offset()"](view) == 16
+    assert not any("_base" in k for k in symbolic.sources(x))  # .to() copied: not a view
+
+
+def _offset_scaled(rows, g):
+    s = ScaledTensor.from_float(torch.randn(rows + 2, 8, generator=g))
+    return ScaledTensor(s.qdata[2:], s.scale[2:])  # views with a storage offset
+
+
+def test_names_match_dynamo_guard_text_for_a_nested_subclass():
+    """Compile a TwoTensor of ScaledTensors (inner views) with dynamic=True so that dynamo
+    allocates symbols for sizes, strides and storage offsets, then compare its guard text and
+    its shape environment's sources with ours."""
+    g = torch.Generator().manual_seed(0)
+    x = TwoTensor(_offset_scaled(16, g), _offset_scaled(16, g))
+    envs = []
+
+    def backend(gm, example_inputs):
+        envs.extend(e.node.shape_env for e in example_inputs if isinstance(e, torch.SymInt))
+        return gm
+
+    @torch.compile(backend=backend, fullgraph=True, dynamic=True)
+    def f(x):
+        y = x * 2
+        return y.a.to_plain() + y.b.to_plain()
+
+    f(x)
+    (entry,) = _debug_get_cache_entry_list(f._torchdynamo_orig_callable.__code__)
+    guard_text = str(entry.guard_manager)
+    in_guards = set(_NAME.findall(guard_text))
+    in_shape_env = {s.name for srcs in envs[0].var_to_sources.values() for s in srcs}
+    ours = symbolic.sources(x)
+
+    assert in_guards <= set(ours), sorted(in_guards - set(ours))
+    assert in_shape_env <= set(ours), sorted(in_shape_env - set(ours))
+    # The comparison covers every kind of name, at every level of nesting.
+    for must in ["L['x'].size()[0]", "L['x'].a.size()[0]", "L['x'].a.qdata.size()[0]", "L['x'].b.scale.size()[0]",
+                 "L['x'].a.qdata.stride()[0]", "L['x'].b.qdata.storage_offset()", "L['x'].a.qdata._base.size()[0]"]:
+        assert must in in_guards | in_shape_env, must
+    # And each name, fetched by our source, is the value dynamo saw.
+    for name in in_shape_env:
+        assert isinstance(ours[name](x), int)
+
+
+def test_torch_two_tensor_names():
+    x = TorchTwoTensor(torch.ones(2), torch.ones(2))
+    assert [k for k in symbolic.sources(x) if "size" in k] == ["L['x'].size()[0]", "L['x'].a.size()[0]", "L['x'].b.size()[0]"]
+    assert symbolic.sources(x)["L['x'].b.storage_offset()"] == StorageOffsetSource(InnerSource("b"))
