@@ -147,7 +147,11 @@ class WrapperTensor(torch.Tensor):
         )
 
     def __coerce_tangent_metadata__(self):
-        """Make a forward output usable as the tangent AOTAutograd traces with (identity)."""
+        """The tangent AOTAutograd should trace with for this forward output (identity).
+
+        Override when some metadata can never arrive in a gradient (DTensor's Partial):
+        return an instance of the same class with metadata a gradient can have.
+        """
         return self
 
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
@@ -192,12 +196,12 @@ class WrapperTensor(torch.Tensor):
             >>> import torch
             >>> from subclass_kit import WrapperTensor, inner, fallbacks
             >>> class Logged(WrapperTensor):
-            ...     data: torch.Tensor = inner()
+            ...     values: torch.Tensor = inner()
             ...     __fallback__ = fallbacks.map_inner
             >>> @Logged.implements_torch_function(torch.nn.functional.relu)
             ... def _relu(func, types, args, kwargs):
-            ...     return Logged(args[0].data.clamp_min(0))
-            >>> torch.nn.functional.relu(Logged(torch.tensor([-1.0, 2.0]))).data
+            ...     return Logged(args[0].values.clamp_min(0))
+            >>> torch.nn.functional.relu(Logged(torch.tensor([-1.0, 2.0]))).values
             tensor([0., 2.])
         """
         return dispatch.register_torch_functions(cls, fns)

@@ -162,9 +162,15 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
                 )
             v = default
         else:
-            key = (f.name, type(v), v) if not isinstance(v, torch.Tensor) else None
-            if key is None or key not in ok:
-                check_meta_value(qual, f.name, v, where=f"the value passed")
+            # Validated values are remembered per class: pickling on every construction
+            # would cost more than the construction itself.
+            key = (f.name, type(v), v)
+            try:
+                seen = not isinstance(v, torch.Tensor) and key in ok
+            except TypeError:  # unhashable: check_meta_value explains
+                seen = False
+            if not seen:
+                check_meta_value(qual, f.name, v, where="the value passed")
                 ok.add(key)
         meta_values.append(v)
 

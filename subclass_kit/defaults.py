@@ -115,6 +115,33 @@ def _copy_(func, types, args, kwargs):
     return owner.__fallback__(func, types, args, kwargs)
 
 
+def _as_strided(func, types, args, kwargs):
+    # AOTAutograd regenerates an output that aliases an input as
+    # as_strided(input, its own size, stride, offset); that identity is an alias for any
+    # wrapper, whatever its inner shapes.
+    x = args[0]
+    size = args[1] if len(args) > 1 else kwargs.get("size")
+    stride = args[2] if len(args) > 2 else kwargs.get("stride")
+    offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+    if (
+        tuple(size) == tuple(x.shape)
+        and tuple(stride) == tuple(x.stride())
+        and (offset is None or offset == x.storage_offset())
+    ):
+        return _alias_of(x)
+    return _view(func, types, args, kwargs)
+
+
+def _alias_of(x):
+    cls = type(x)
+    d = x.__dict__
+    alias = torch.ops.aten.alias.default
+    inners = tuple([None if d[n] is None else alias(d[n]) for n in cls._kit_inner_names])
+    out = from_parts(cls, inners, x._kit_ctx, x.shape, x.stride(), x.storage_offset(), x.dtype, x.device)
+    _compat.functionalize_unsafe_set(out, x)
+    return out
+
+
 def _view(func, types, args, kwargs):
     x = args[0]
     if getattr(type(x), "_kit_is_wrapper", False) and is_outer_shaped(x):
@@ -132,6 +159,7 @@ _BUILTINS = {
     aten.clone.default: _clone,
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
+    aten.as_strided.default: _as_strided,
 }
 
 

@@ -18,7 +18,7 @@ import torch
 from . import _compat
 from .errors import UnsupportedOpError
 
-__all__ = ["register_ops", "register_torch_functions", "resolve", "torch_function", "raise_unsupported"]
+__all__ = ["registered_ops", "register_ops", "register_torch_functions", "resolve", "torch_function", "raise_unsupported"]
 
 _ALL_CLASSES: "weakref.WeakSet[type]" = weakref.WeakSet()
 
@@ -31,6 +31,22 @@ def _op_name(op) -> str:
     if isinstance(op, torch._ops.OpOverloadPacket):
         return str(op).replace("::", ".") if "::" in str(op) else f"aten.{op.__name__}"
     return getattr(op, "__qualname__", repr(op))
+
+
+def registered_ops(cls) -> dict:
+    """Every aten op with a handler on ``cls`` (its own and inherited), child entries first.
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit.examples import ScaledTensor
+        >>> torch.ops.aten.mm.default in registered_ops(ScaledTensor)
+        True
+    """
+    out: dict = {}
+    for klass in cls.__mro__:
+        for op, h in klass.__dict__.get("_kit_own_ops", {}).items():
+            out.setdefault(op, h)
+    return out
 
 
 def init_class(cls) -> None:

@@ -58,4 +58,10 @@ class BlockScaled(WrapperTensor):
     @classmethod
     def __samples__(cls):
         g = torch.Generator().manual_seed(2)
-        return [cls.from_float(torch.randn(64, 8, generator=g)), cls.from_float(torch.randn(70, 8, generator=g), block=16)]
+        dense = torch.randn(64, 8, generator=g)
+        # The first two differ only in `block`: the same shape with another ctx.
+        return [
+            cls.from_float(dense),
+            cls.from_float(dense, block=16),
+            cls.from_float(torch.randn(70, 8, generator=g), block=16),
+        ]

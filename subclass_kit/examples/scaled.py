@@ -18,7 +18,9 @@ class ScaledTensor(WrapperTensor):
 
     Exercises: an outer dtype (float32) that differs from the primary's (int8), a derived
     inner shape (scale is ``(rows, 1)``), a real op handler (``mm`` without dequantizing the
-    whole matrix), and ``fallbacks.to_plain`` for everything else.
+    whole matrix), and ``fallbacks.to_plain`` for everything else. Results of ops are
+    dense: gradients of a quantized tensor arrive dense, so an op that returned a
+    ScaledTensor would make the compiled backward expect a wrapped tangent that never comes.
 
     Example:
         >>> import torch
@@ -67,11 +69,3 @@ def _mm(func, types, args, kwargs):
     if isinstance(a, ScaledTensor) and not isinstance(b, ScaledTensor):
         return a.scale.to(b.dtype) * torch.mm(a.qdata.to(b.dtype), b)
     return torch.mm(a.to_plain(), b.to_plain())
-
-
-@ScaledTensor.implements(aten.mul.Tensor)
-def _mul(func, types, args, kwargs):
-    a, b = args
-    if isinstance(a, ScaledTensor) and isinstance(b, (int, float)):
-        return ScaledTensor(a.qdata, a.scale * b, granularity=a.granularity, dtype=a.dtype)
-    return fallbacks.to_plain(func, types, args, kwargs)

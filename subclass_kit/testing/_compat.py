@@ -34,6 +34,32 @@ __all__ = [
 ]
 
 
+@contextlib.contextmanager
+def quiet_torch_logs():
+    """Raise every ``torch.*`` logger to ERROR for the duration (restored after).
+
+    The checker provokes graph breaks and failed traces on purpose; torch logs those as
+    warnings (with whole graphs), which would bury the report. ``SUBCLASS_KIT_CHECK_LOGS=1``
+    keeps them.
+    """
+    import logging
+    import os
+
+    if os.environ.get("SUBCLASS_KIT_CHECK_LOGS") == "1":
+        yield
+        return
+    saved = []
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (name == "torch" or name.startswith("torch.")) and isinstance(logger, logging.Logger):
+            saved.append((logger, logger.level))
+            logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)
+
+
 def fake_mode(shape_env=None):
     """A FakeTensorMode (static shapes unless a ShapeEnv is given)."""
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -105,6 +105,32 @@ def _eager(run):
     return case.label
     
 
+def _tangent_mismatch(run, case, x) -> tuple:
+    out = case.call(x)
+    tangent = torch.ones_like(out)
+    pred = out.__coerce_tangent_metadata__() if hasattr(out, "__coerce_tangent_metadata__") else out
+    want = f"a {type(pred).__name__} with ctx {flatten(pred)[1]!r:.70}"
+    if not _compat.is_traceable_wrapper_subclass(tangent):
+        return (
+            f"compiled backward of {case.label} on {describe(x)} failed: the forward output is a "
+            f"{type(out).__name__}, so AOTAutograd traced the backward for {want}, but the tangent "
+            f"torch.ones_like(output) is a plain Tensor, which torch cannot convert (a plain tensor "
+            "has no __coerce_same_metadata_as_tangent__); `out.sum().backward()` fails the same way",
+            f"make the ops that create gradients for a {type(out).__name__} (ones_like, zeros_like, "
+            f"expand, mul) return a {type(out).__name__} with the output's ctx, or let the forward op "
+            "return a plain tensor when its gradients are dense",
+        )
+    got = f"a {type(tangent).__name__} with ctx {flatten(tangent)[1]!r:.70}"
+    return (
+        f"compiled backward of {case.label} on {describe(x)} failed: AOTAutograd traced the backward "
+        f"for {want} (the forward output's metadata after __coerce_tangent_metadata__), but the "
+        f"tangent torch.ones_like(output) is {got}, and {type(tangent).__name__} cannot convert it",
+        "keep the forward output's ctx in ones_like/zeros_like and backward handlers, and implement "
+        "__coerce_same_metadata_as_tangent__(self, expected_ctx, expected_type=None) returning a copy "
+        "with the expected ctx (or None when impossible)",
+    )
+
+
 def _compiled(run):
     case, x = _pick(run)
     backend = run.compile_backend()
@@ -117,21 +143,9 @@ def _compiled(run):
     except (Fail, Skip):
         raise
     except Exception as e:
-        text = str(e)
+        text = " ".join(str(e).split())
         if "guessed its metadata incorrectly" in text or "__coerce_same_metadata_as_tangent__" in text:
-            out = case.call(x)
-            tangent = torch.ones_like(out) if isinstance(out, torch.Tensor) else None
-            got = flatten(tangent)[1] if tangent is not None and _compat.is_traceable_wrapper_subclass(tangent) else None
-            pred = out.__coerce_tangent_metadata__() if hasattr(out, "__coerce_tangent_metadata__") else out
-            want = flatten(pred)[1] if _compat.is_traceable_wrapper_subclass(pred) else None
-            raise Fail(
-                f"compiled backward of {case.label} on {describe(x)} failed: the tangent's metadata "
-                f"({got!r:.70}) differs from the tangent AOTAutograd traced with ({want!r:.70}, "
-                "the forward output's after __coerce_tangent_metadata__), and the class cannot convert it",
-                "make ones_like/zeros_like and backward handlers keep the forward output's ctx, "
-                "and implement __coerce_same_metadata_as_tangent__(self, expected_ctx, expected_type=None) "
-                "returning a copy with the expected ctx (or None if impossible)",
-            ) from None
+            raise Fail(*_tangent_mismatch(run, case, x)) from None
         what, fix = explain_error(e, backend=backend, where=f"the backward of {case.label}")
         raise Fail(what, fix) from None
     d = difference(grad, eager_grad, "grad") if type(grad) is type(eager_grad) else dense_difference(grad, dense(eager_grad), "grad")

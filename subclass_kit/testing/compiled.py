@@ -9,12 +9,15 @@ on every call).
 
 from __future__ import annotations
 
+import os
 import re
+import traceback
 
 import torch
 
 from . import _compat
 from .compare import difference
+from .ops import VIEW
 from .runner import Check, Fail, Skip
 from .subject import describe, flatten
 
@@ -44,12 +47,29 @@ def composite(cases):
 _USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.+)')
 
 
-def _user_frame(text: str) -> str:
-    """The innermost user frame dynamo quotes after 'from user code:'."""
-    tail = text.split("from user code:", 1)[-1] if "from user code:" in text else text
-    frames = _USER_FRAME.findall(tail)
-    for path, line, fn, code in reversed(frames):
-        if "/torch/" not in path and "/subclass_kit/testing/" not in path:
+def _foreign(path: str) -> bool:
+    """True for frames of torch, the standard library or this checker (not the user's)."""
+    path = os.path.abspath(path)
+    if "<" in path or path.startswith(_SKIP_DIRS):
+        return True
+    return path.startswith(_STDLIB) and "site-packages" not in path
+
+
+_SKIP_DIRS = tuple(os.path.dirname(os.path.abspath(p)) + os.sep for p in (torch.__file__, __file__))
+_STDLIB = os.path.dirname(os.path.abspath(os.__file__)) + os.sep
+
+
+def _user_frame(chain) -> str:
+    """The innermost frame of user code in the exceptions' tracebacks (the subclass's
+    handler that raised), else the frame dynamo quotes after 'from user code:'."""
+    for exc in chain:
+        for fr in reversed(traceback.extract_tb(exc.__traceback__)):
+            if not _foreign(fr.filename):
+                return f"{fr.filename}:{fr.lineno} in {fr.name}: {(fr.line or '').strip()}"
+    text = "\n".join(str(x) for x in chain)
+    tail = text.split("from user code:", 1)[-1] if "from user code:" in text else ""
+    for path, line, fn, code in reversed(_USER_FRAME.findall(tail)):
+        if not _foreign(path):
             return f"{path}:{line} in {fn}: {code.strip()}"
     return ""
 
@@ -70,7 +90,7 @@ def explain_error(e: BaseException, *, backend: str, where: str) -> tuple:
         chain.append(c)
         c = c.__cause__ or c.__context__
     text = "\n".join(str(x) for x in chain)
-    frame = _user_frame(text)
+    frame = _user_frame(chain)
     at = f" at {frame}" if frame else ""
     data_dep = any(isinstance(x, _compat.DATA_DEPENDENT_ERRORS) for x in chain) or "data-dependent" in text or "data dependent" in text
     if data_dep:
@@ -96,6 +116,25 @@ def explain_error(e: BaseException, *, backend: str, where: str) -> tuple:
     )
 
 
+def explain_difference(run, case, d: str, backend: str) -> tuple:
+    """``(what, fix)`` for a compiled result that differs from eager by ``d``."""
+    label = f"{case.label}: " if case is not None else ""
+    if case is not None and case.kind == VIEW and f"got a Tensor, expected a {run.name}" in d:
+        return (
+            f"{label}compiled with backend={backend!r}, this view of the input comes back as a plain "
+            f"Tensor instead of a {run.name} ({d}). AOTAutograd regenerates outputs that alias an "
+            f"input by calling aten.as_strided on the wrapped input, and {run.name} computes "
+            "as_strided on a dense copy",
+            f"handle aten.as_strided.default in {run.name} at least when it asks for the input's own "
+            "size, stride and storage_offset (return an alias, as detach does)",
+        )
+    return (
+        f"{label}torch.compile(backend={backend!r}) result differs from eager: {d}",
+        "make handlers return the same ctx and values under fake tensors as in eager; "
+        "check __tensor_unflatten__ honours outer_size/outer_stride",
+    )
+
+
 def compile_and_run(fn, args, *, backend: str, dynamic=None):
     """Compile ``fn`` with a counting backend and run it; ``(result, counter, compiled)``."""
     cnt = _compat.compile_counter(backend)
@@ -116,7 +155,7 @@ def _culprit(run, cases, x, backend: str):
             return c, explain_error(e, backend=backend, where=c.label)
         d = difference(got, fn(x))
         if d:
-            return c, (f"compiled {c.label} differs from eager: {d}", "")
+            return c, explain_difference(run, c, d, backend)
     return None
 
 
@@ -136,7 +175,7 @@ def _compile_check(run, backend: str):
         found = _culprit(run, cases, x, backend)
         if found:
             c, (what1, fix1) = found
-            what, fix = f"{c.label}: {what1}", fix1 or fix
+            what, fix = (what1 if what1.startswith(c.label) else f"{c.label}: {what1}"), fix1 or fix
         if "graph break" in what:
             reasons = _compat.graph_break_reasons(composite([found[0]]) if found else fn, x)
             if reasons:
@@ -145,12 +184,7 @@ def _compile_check(run, backend: str):
     d = difference(got, expected)
     if d:
         found = _culprit(run, cases, x, backend)
-        label = f"{found[0].label}: " if found else ""
-        raise Fail(
-            f"{label}torch.compile(backend={backend!r}) result differs from eager: {d}",
-            "make handlers return the same ctx and values under fake tensors as in eager; "
-            "check __tensor_unflatten__ honours outer_size/outer_stride",
-        )
+        raise Fail(*explain_difference(run, found[0] if found else None, d, backend))
     names, ctx = flatten(x)
     copy_ = type(x).__tensor_unflatten__({n: getattr(x, n) for n in names}, ctx, x.shape, x.stride())
     cfn(x)

@@ -122,6 +122,8 @@ def _sweep(run):
             raise Fail(what, fix) from None
         d = difference(got, expected)
         if d:
+            if run.status.get(f"compile[{backend}]") == "fail":
+                raise Fail(f"with dynamic shapes, the compiled result for {describe(x)} differs from eager: {d} (as in compile[{backend}]; fix that first)")
             raise Fail(
                 f"with dynamic shapes, the compiled result for {describe(x)} differs from eager: {d}",
                 "derive inner shapes from outer_size with plain arithmetic (symbolic.ceil_div), "

@@ -1,0 +1,62 @@
+"""subclass_kit.collectives: functional collectives and ``AsyncCollectiveTensor`` on the kit.
+
+Layer: an exemplar on top of the base class (``subclass_kit.WrapperTensor``); imports torch
+and the kit's base modules, never ``subclass_kit.testing``/``bench``/``cli``. This module
+only re-exports.
+
+Built on torch's native ``torch.ops._c10d_functional`` ops. In eager every collective
+returns an :class:`AsyncCollectiveTensor` that waits at first use of its data; while
+compiling it returns the waited plain tensor, and an ``AsyncCollectiveTensor`` passed into
+a compiled region becomes a ``wait_tensor`` at the start of the graph.
+
+Example (needs an initialized process group):
+    >>> from subclass_kit.collectives import all_reduce            # doctest: +SKIP
+    >>> y = all_reduce(torch.ones(4), "sum")                       # returns at once
+    >>> z = y.view(2, 2)                                           # still pending
+    >>> z + 1                                                      # waits here, once
+"""
+
+from .act import AsyncCollectiveTensor as AsyncCollectiveTensor
+from .autograd import (
+    all_gather_tensor_autograd as all_gather_tensor_autograd,
+    all_reduce_autograd as all_reduce_autograd,
+    all_to_all_single_autograd as all_to_all_single_autograd,
+    reduce_scatter_tensor_autograd as reduce_scatter_tensor_autograd,
+)
+from .errors import (
+    CollectiveArgumentError as CollectiveArgumentError,
+    CollectiveError as CollectiveError,
+    GroupResolutionError as GroupResolutionError,
+    NoProcessGroupError as NoProcessGroupError,
+)
+from .groups import GroupRef as GroupRef, resolve_group as resolve_group
+from .ops import (
+    REDUCE_OPS as REDUCE_OPS,
+    all_gather_tensor as all_gather_tensor,
+    all_reduce as all_reduce,
+    all_to_all_single as all_to_all_single,
+    broadcast as broadcast,
+    reduce_scatter_tensor as reduce_scatter_tensor,
+    wait_tensor as wait_tensor,
+)
+
+__all__ = [
+    "AsyncCollectiveTensor",
+    "all_reduce",
+    "all_gather_tensor",
+    "reduce_scatter_tensor",
+    "all_to_all_single",
+    "broadcast",
+    "wait_tensor",
+    "all_reduce_autograd",
+    "all_gather_tensor_autograd",
+    "reduce_scatter_tensor_autograd",
+    "all_to_all_single_autograd",
+    "resolve_group",
+    "GroupRef",
+    "REDUCE_OPS",
+    "NoProcessGroupError",
+    "GroupResolutionError",
+    "CollectiveArgumentError",
+    "CollectiveError",
+]

@@ -1,0 +1,385 @@
+"""``AsyncCollectiveTensor``: the pending result of a collective, waited at first data use.
+
+A collective issued in eager returns at once; its output buffer is filled in the background
+until the collective's work is waited on. The wrapper holds that buffer (``elem``) and waits
+exactly when the data is first needed:
+
+- view ops (``view``, ``t``, ``transpose``, ``detach``, slicing, ``split`` ...) only touch
+  metadata: they return a new ``AsyncCollectiveTensor`` over a view of the buffer, sharing
+  the one pending wait, and do not wait (``aten.view`` has a fast path: it is what most
+  reshapes end in);
+- any other op waits once and computes on the plain buffer; its result is a plain tensor;
+- ``print``/``repr``, ``tolist``, ``numpy``, ``item`` wait;
+- ``trigger_wait()`` waits and returns the plain tensor, to be used in place of the wrapper;
+- an instance that is garbage-collected unwaited is waited then, so no work leaks.
+
+Where this deliberately differs from torch's ``AsyncCollectiveTensor`` (which AOTAutograd
+special-cases by type, so we do not subclass it):
+
+- As a compiled-graph input it becomes a ``_c10d_functional.wait_tensor`` on its buffer at
+  the start of the traced graph: ``__tensor_unflatten__`` emits the wait whenever it runs
+  while a graph is being recorded, and the rest of the graph reads the wait's *result*. Since
+  FX treats ``wait_tensor`` as side-effectful, dead-code elimination cannot drop it even when
+  nothing else would keep it alive, and inductor cannot read the buffer early (the failure
+  that made losses go NaN when an eager embedding fed a compiled transformer block).
+- One pending wait is shared by an instance and all its views: whichever is used first waits
+  for the collective, the others then read without waiting again.
+
+Exercises: a wrapper whose state (pending or not) is per instance and not part of the ctx,
+an op table that classifies every aten op (view or compute) instead of mapping over inners,
+and an unflatten that emits an op into the graph being traced.
+"""
+
+from __future__ import annotations
+
+import atexit
+import weakref
+
+import torch
+
+from .. import _compat as _kit_compat
+from ..base import WrapperTensor
+from ..construct import from_parts
+from ..ctx import SubclassCtx
+from ..fields import inner
+from . import _compat
+from .errors import CollectiveError
+
+__all__ = ["AsyncCollectiveTensor"]
+
+aten = torch.ops.aten
+_wait_op = _compat.wait_op
+_Tensor = torch.Tensor
+_FunctionalTensor = _compat.FunctionalTensor
+_STRIDED = torch.strided
+_make = _kit_compat.make_wrapper_subclass
+
+
+class _Pending:
+    """One collective's outstanding wait, shared by its result and every view of it.
+
+    ``__del__`` is the finalizer: when the last wrapper referring to it is collected
+    unwaited, the work is waited then, so it neither leaks nor trips torch's "unwaited
+    collective calls" warning at exit.
+    """
+
+    __slots__ = ("tensor", "done", "what", "__weakref__")
+    # Kept on the class: at interpreter exit module globals may already be cleared when the
+    # last wrappers die, but a live instance still reaches its class.
+    _wait = staticmethod(_wait_op)
+
+    def __init__(self, tensor, what):
+        self.tensor = tensor
+        self.done = False
+        self.what = what
+        _LIVE.add(self)
+
+    def wait(self):
+        self.done = True
+        try:
+            self._wait(self.tensor)
+        except RuntimeError as e:
+            raise CollectiveError(_failure_message(self.what, e)) from e
+        # Drop the buffer reference: views keep their own, and a finished cell holds nothing.
+        self.tensor = None
+
+    def __del__(self):
+        if not self.done:
+            self.done = True
+            try:
+                self._wait(self.tensor)
+            except Exception:  # noqa: BLE001 - a finalizer must not raise; the wait was best effort
+                pass
+
+
+# Every cell not yet collected. A result that is still referenced at exit (a global, or a
+# wrapper kept alive from C++ by an autograd view of it) is never collected before c10d
+# tears down and reports "unwaited collective calls"; this hook waits those first.
+_LIVE: "weakref.WeakSet[_Pending]" = weakref.WeakSet()
+
+
+@atexit.register
+def _wait_all_at_exit() -> None:
+    for cell in list(_LIVE):
+        if not cell.done:
+            cell.done = True
+            try:
+                cell._wait(cell.tensor)
+            except Exception:  # noqa: BLE001 - best effort while the interpreter exits
+                pass
+
+
+def _failure_message(what, e) -> str:
+    if what is None:
+        head = "A collective"
+    else:
+        op, group = what
+        head = f"subclass_kit.collectives.{op} on group {group.name!r} ({group.size} ranks)"
+    return (
+        f"{head} did not complete: {e}. Another rank may have exited or may not have "
+        "issued the same collective; the wait is bounded by the process group's timeout "
+        "(init_process_group(timeout=...))."
+    )
+
+
+class AsyncCollectiveTensor(WrapperTensor):
+    """The pending result of a collective; waits at first use of its data.
+
+    ``elem`` is the collective's output buffer. Views do not wait and stay
+    ``AsyncCollectiveTensor``; any compute op waits once and returns a plain tensor. As an
+    input to a compiled region it becomes a ``wait_tensor`` at the start of the graph.
+
+    Example (needs an initialized process group):
+        >>> from subclass_kit.collectives import all_reduce        # doctest: +SKIP
+        >>> y = all_reduce(torch.ones(4), "sum")                   # doctest: +SKIP
+        >>> type(y.view(2, 2)).__name__                            # a view: no wait
+        'AsyncCollectiveTensor'
+        >>> type(y + 1).__name__                                   # data use: waits once
+        'Tensor'
+        >>> y.trigger_wait()                                       # the plain, waited tensor
+        tensor([2., 2., 2., 2.])
+    """
+
+    elem: torch.Tensor = inner()
+
+    def __new__(cls, elem: torch.Tensor):
+        if not isinstance(elem, torch.Tensor) or isinstance(elem, AsyncCollectiveTensor):
+            raise TypeError(
+                f"AsyncCollectiveTensor wraps the plain output tensor of a collective; got "
+                f"{type(elem).__name__}. Collectives in subclass_kit.collectives return one "
+                "already; to wait on one, call wait_tensor(t) or t.trigger_wait()."
+            )
+        return _wrap(elem, _Pending(elem, None))
+
+    # ---- waiting ---------------------------------------------------------------------
+    def trigger_wait(self) -> torch.Tensor:
+        """Wait (once) for the collective and return the plain result tensor.
+
+        Use the returned tensor: it is the waited value (under tracing, the output of the
+        ``wait_tensor`` node; ignoring it would leave later ops reading the raw buffer).
+
+        Example (needs an initialized process group):
+            >>> y = all_reduce(torch.ones(2), "sum").trigger_wait()   # doctest: +SKIP
+            >>> type(y).__name__                                      # doctest: +SKIP
+            'Tensor'
+        """
+        d = self.__dict__
+        cell = d["_kit_pending"]
+        if cell is not None:
+            if _compat.in_fake_or_proxy_mode():
+                # Tracing an instance created in eager: thread the wait's result through.
+                d["elem"] = _wait_op(d["elem"])
+                cell.done = True
+            elif not cell.done:
+                cell.wait()
+            d["_kit_pending"] = None
+        return d["elem"]
+
+    def wait(self) -> torch.Tensor:
+        """Alias of :meth:`trigger_wait` (torch's ACT spells it both ways).
+
+        Example (needs an initialized process group):
+            >>> all_reduce(torch.ones(2), "sum").wait()               # doctest: +SKIP
+            tensor([2., 2.])
+        """
+        return self.trigger_wait()
+
+    @property
+    def completed(self) -> bool:
+        """True once the collective has been waited on (by this instance or a view)."""
+        cell = self.__dict__["_kit_pending"]
+        return cell is None or cell.done
+
+    # ---- host-side reads wait -----------------------------------------------------------
+    def tolist(self):
+        return self.trigger_wait().tolist()
+
+    def numpy(self, *, force: bool = False):
+        return self.trigger_wait().numpy(force=force)
+
+    def __repr__(self) -> str:
+        return f"AsyncCollectiveTensor({self.trigger_wait()!r})"
+
+    # ---- PT2 protocol -------------------------------------------------------------------
+    @classmethod
+    def __tensor_unflatten__(cls, inner_tensors, ctx, outer_size, outer_stride):
+        elem = inner_tensors["elem"]
+        # While a graph is being recorded (AOTAutograd, make_fx, export), an input that was
+        # pending in eager must be waited *inside* the graph, first, and the graph must
+        # use the waited value; wait_tensor is side-effectful in FX, so it is never DCE'd.
+        # AOTAutograd unflattens an input twice (once on the graph's input, once more when
+        # functionalizing it); the second time the inner is already the wait's result.
+        if _compat.tracing_into_graph() and not isinstance(elem, _compat.FunctionalTensor):
+            elem = _wait_op(elem)
+        if outer_size is None:
+            outer_size, outer_stride = elem.shape, elem.stride()
+        r = _make(
+            cls, outer_size, strides=outer_stride, storage_offset=elem.storage_offset(),
+            dtype=ctx.dtype, device=elem.device, layout=_STRIDED, requires_grad=False,
+        )
+        d = r.__dict__
+        d["elem"] = elem
+        d["_kit_ctx"] = ctx
+        d["_kit_pending"] = None
+        return r
+
+    def __reduce_ex__(self, proto):
+        # Pickling reads the data: wait first, then pickle the plain value.
+        return self.trigger_wait().__reduce_ex__(proto)
+
+    def __deepcopy__(self, memo):
+        return self.trigger_wait().clone()
+
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        if expected_type is torch.Tensor:
+            return self.trigger_wait()
+        if expected_type is None or expected_type is type(self):
+            return self
+        return None
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        # Same table lookup as WrapperTensor's, but ops without a registered handler are
+        # classified here (view or compute) rather than sent to the base's built-in
+        # handlers, which map ops over inner tensors: right for data wrappers, wrong for a
+        # pending buffer (clone/_to_copy must wait; every view must keep the pending wait).
+        try:
+            h = cls._kit_cache[func]
+        except KeyError:
+            h = cls._kit_cache[func] = _resolve(cls, func)
+        return h(func, types, args, kwargs or _NO_KWARGS)
+
+
+_NO_KWARGS: dict = {}
+_CTX: dict = {}
+
+
+def _ctx(dtype):
+    c = _CTX.get(dtype)
+    if c is None:
+        c = _CTX[dtype] = SubclassCtx.make(
+            AsyncCollectiveTensor.__kit_spec__.qualname, (), (), dtype, ("elem",)
+        )
+    return c
+
+
+def _wrap(elem, cell):
+    """A pending wrapper over ``elem`` (trusted fast path: no validation)."""
+    r = _make(
+        AsyncCollectiveTensor, elem.shape, strides=elem.stride(),
+        storage_offset=elem.storage_offset(), dtype=elem.dtype, device=elem.device,
+        layout=_STRIDED, requires_grad=False,
+    )
+    d = r.__dict__
+    d["elem"] = elem
+    d["_kit_ctx"] = _ctx(elem.dtype)
+    d["_kit_pending"] = cell
+    return r
+
+
+def pending(elem: torch.Tensor, what) -> AsyncCollectiveTensor:
+    """Wrap a just-issued collective's output; ``what`` = (op name, GroupRef) for errors."""
+    return _wrap(elem, _Pending(elem, what))
+
+
+# ---- handlers -------------------------------------------------------------------------
+
+
+def _unwrap(a):
+    """The waited plain tensor of an ACT; lists/tuples element-wise; anything else as is."""
+    if isinstance(a, AsyncCollectiveTensor):
+        return a.trigger_wait()
+    t = type(a)
+    if t is list or t is tuple:
+        return t(_unwrap(x) for x in a)
+    return a
+
+
+def _compute(func, types, args, kwargs):
+    """Wait for every ACT argument, run ``func`` on plain tensors, return plain results."""
+    out = func(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
+    return out
+
+
+def _mutate(func, types, args, kwargs):
+    """An in-place/out= op: wait, write into the buffers, return the written wrappers."""
+    out = func(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
+    return _kit_compat.return_and_correct_aliasing(func, args, kwargs, out)
+
+
+def _view_fast(func, types, args, kwargs):
+    d = args[0].__dict__
+    elem = d["elem"]
+    cell = d["_kit_pending"]
+    if cell is None and type(elem) is _FunctionalTensor:
+        return func(elem, args[1])
+    return _wrap(func(elem, args[1]), cell)
+
+
+def _view(func, types, args, kwargs):
+    """A view op: a view of the buffer, still pending (no wait) if the input was."""
+    a = args[0]
+    if not isinstance(a, AsyncCollectiveTensor) or len(args) > 1 and any(
+        isinstance(x, AsyncCollectiveTensor) for x in args[1:]
+    ):
+        return _compute(func, types, args, kwargs)
+    d = a.__dict__
+    elem = d["elem"]
+    cell = d["_kit_pending"]
+    if cell is not None and cell.done:
+        cell = d["_kit_pending"] = None
+    out = func(elem, *args[1:], **kwargs)
+    if cell is None and type(elem) is _FunctionalTensor:
+        # Inside a functionalized trace (AOTAutograd) the input was already waited at the
+        # top of the graph; its views are plain values there, so no graph output or
+        # tangent is typed AsyncCollectiveTensor (a plain runtime tangent could not be
+        # coerced back to one).
+        return out
+    if isinstance(out, _Tensor):
+        return _wrap(out, cell)
+    return type(out)(_wrap(o, cell) for o in out)
+
+
+def _wait_handler(func, types, args, kwargs):
+    return args[0].trigger_wait()
+
+
+def _is_pure_view(func) -> bool:
+    if not isinstance(func, torch._ops.OpOverload) or not func.is_view:
+        return False
+    # A CompositeImplicitAutograd "view" (reshape, flatten...) may copy instead; a copy of a
+    # pending buffer would read it before the wait (pytorch#133421). Such ops reach us only
+    # under unusual dispatch; treat them as data uses.
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), torch._C.DispatchKey.CompositeImplicitAutograd):
+        return False
+    args = func._schema.arguments
+    return bool(args) and args[0].alias_info is not None and not args[0].alias_info.is_write
+
+
+def _is_mutation(func) -> bool:
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return False
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+
+def _resolve(cls, func):
+    packet = getattr(func, "overloadpacket", None)
+    for klass in cls.__mro__:
+        own = klass.__dict__.get("_kit_own_ops")
+        if own is None:
+            continue
+        h = own.get(func)
+        if h is None and packet is not None:
+            h = own.get(packet)
+        if h is not None:
+            return h
+    if _is_pure_view(func):
+        return _view
+    if _is_mutation(func):
+        return _mutate
+    return _compute
+
+
+AsyncCollectiveTensor.implements(aten.view.default)(_view_fast)
+AsyncCollectiveTensor.implements(_wait_op)(_wait_handler)

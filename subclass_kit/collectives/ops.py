@@ -1,0 +1,245 @@
+"""The collectives, on torch's native ``_c10d_functional`` ops.
+
+In eager each returns as soon as the collective is issued, as an
+:class:`~subclass_kit.collectives.AsyncCollectiveTensor` that waits at first use. While
+compiling or exporting, each returns ``wait_tensor(op(...))`` directly: the compiler sees
+the collective and its wait as two graph nodes and may move compute between them.
+
+These are not differentiable (the result does not require grad, whatever the input);
+the ``*_autograd`` variants in :mod:`subclass_kit.collectives.autograd` are.
+
+Reduce ops are named by strings as in torch's functional collectives: ``"sum"``,
+``"avg"``, ``"product"``, ``"min"``, ``"max"``, ``"band"``, ``"bor"``, ``"bxor"``
+(any case; a ``torch.distributed.ReduceOp`` member works too).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+from ..compiling import is_compiling
+from . import _compat
+from .act import AsyncCollectiveTensor, pending
+from .errors import CollectiveArgumentError, CollectiveError
+from .groups import GroupLike, GroupRef, resolve_group
+
+__all__ = [
+    "all_reduce",
+    "all_gather_tensor",
+    "reduce_scatter_tensor",
+    "all_to_all_single",
+    "broadcast",
+    "wait_tensor",
+    "REDUCE_OPS",
+]
+
+_ops = _compat.funcol_ops
+_wait_op = _compat.wait_op
+_all_reduce = _ops.all_reduce.default
+_all_gather = _ops.all_gather_into_tensor.default
+_reduce_scatter = _ops.reduce_scatter_tensor.default
+_all_to_all = _ops.all_to_all_single.default
+_broadcast = _ops.broadcast.default
+
+REDUCE_OPS = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor")
+_REDUCE_OPS = frozenset(REDUCE_OPS)
+
+
+def _tracing() -> bool:
+    return is_compiling() or _compat.in_fake_or_proxy_mode()
+
+
+def _reduce_op(op, where: str) -> str:
+    if isinstance(op, str):
+        name = op.lower()
+    else:
+        # A torch.distributed.ReduceOp member (ReduceOp.SUM) names itself.
+        name = getattr(op, "name", None)
+        name = name.lower() if isinstance(name, str) else None
+    if name not in _REDUCE_OPS:
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.{where}: unknown reduce op {op!r}; use one of "
+            f"{list(REDUCE_OPS)}."
+        )
+    return name
+
+
+def _issue(where: str, group: GroupRef, fn, *args):
+    """Run the native op; in eager wrap its output as a pending AsyncCollectiveTensor."""
+    if _tracing():
+        return _wait_op(fn(*args))
+    try:
+        out = fn(*args)
+    except RuntimeError as e:
+        raise CollectiveError(
+            f"subclass_kit.collectives.{where} on group {group.name!r} ({group.size} ranks) "
+            f"could not be issued: {e}"
+        ) from e
+    return pending(out, (where, group))
+
+
+def _check_dim(t: torch.Tensor, dim: int, where: str, what: str) -> int:
+    nd = t.dim()
+    if not -nd <= dim < max(nd, 1):
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.{where}: {what}={dim} is out of range for a "
+            f"{nd}-D tensor of shape {tuple(t.shape)}."
+        )
+    return dim % nd if nd else 0
+
+
+def all_reduce(t: torch.Tensor, op, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
+    """Reduce ``t`` over the ranks of ``group``; every rank gets the result.
+
+    Args:
+        t: this rank's contribution (left unmodified).
+        op: reduce op name (``"sum"``, ``"avg"``, ``"max"``, ...).
+        group: None for the default world group, a ProcessGroup, a DeviceMesh (with
+            ``mesh_dim`` unless 1-D), a group name, or a list of ranks.
+
+    Returns:
+        An AsyncCollectiveTensor in eager; a plain tensor while compiling.
+
+    Example (needs an initialized process group):
+        >>> all_reduce(torch.ones(2), "sum")                         # doctest: +SKIP
+        AsyncCollectiveTensor(tensor([2., 2.]))
+    """
+    g = resolve_group(group, mesh_dim, where="all_reduce")
+    name = _reduce_op(op, "all_reduce")
+    return _issue("all_reduce", g, _all_reduce, t.detach(), name, g.name)
+
+
+def _chunk_cat(out: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+    return torch.cat(torch.chunk(out, n, dim=0), dim=dim)
+
+
+def all_gather_tensor(t: torch.Tensor, gather_dim: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
+    """Concatenate every rank's ``t`` along ``gather_dim`` (rank order).
+
+    For ``gather_dim == 0`` the result is an AsyncCollectiveTensor in eager. For any other
+    dim the native op still gathers along dim 0, and rearranging the chunks needs the data:
+    this waits at once and returns a plain tensor.
+
+    Example (needs an initialized process group of 2):
+        >>> all_gather_tensor(torch.ones(1, 2), 1).shape              # doctest: +SKIP
+        torch.Size([1, 4])
+    """
+    g = resolve_group(group, mesh_dim, where="all_gather_tensor")
+    gather_dim = _check_dim(t, gather_dim, "all_gather_tensor", "gather_dim")
+    res = _issue("all_gather_tensor", g, _all_gather, t.detach().contiguous(), g.size, g.name)
+    if gather_dim == 0:
+        return res
+    if isinstance(res, AsyncCollectiveTensor):
+        res = res.trigger_wait()
+    return _chunk_cat(res, g.size, gather_dim)
+
+
+def reduce_scatter_tensor(t: torch.Tensor, op, scatter_dim: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
+    """Reduce ``t`` over the ranks, then give rank ``i`` the ``i``-th chunk along ``scatter_dim``.
+
+    ``t.size(scatter_dim)`` must be divisible by the group size.
+
+    Example (needs an initialized process group of 2):
+        >>> reduce_scatter_tensor(torch.ones(4), "sum", 0)            # doctest: +SKIP
+        AsyncCollectiveTensor(tensor([2., 2.]))
+    """
+    where = "reduce_scatter_tensor"
+    g = resolve_group(group, mesh_dim, where=where)
+    name = _reduce_op(op, where)
+    scatter_dim = _check_dim(t, scatter_dim, where, "scatter_dim")
+    if t.dim() == 0 or t.size(scatter_dim) % g.size != 0:
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.{where}: dim {scatter_dim} of the input (shape "
+            f"{tuple(t.shape)}) must be divisible by the group size {g.size}; pad it or pick "
+            "another scatter_dim."
+        )
+    x = t.detach()
+    if scatter_dim != 0:
+        # The native op scatters dim 0: bring rank i's chunk of scatter_dim to block i of dim 0.
+        x = torch.cat(torch.chunk(x, g.size, dim=scatter_dim), dim=0)
+    return _issue(where, g, _reduce_scatter, x.contiguous(), name, g.size, g.name)
+
+
+def _splits(t, output_split_sizes, input_split_sizes, g: GroupRef, where: str):
+    if (output_split_sizes is None) != (input_split_sizes is None):
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.{where}: pass both output_split_sizes and "
+            "input_split_sizes, or neither (even splits)."
+        )
+    if output_split_sizes is None:
+        if t.dim() == 0 or t.size(0) % g.size != 0:
+            raise CollectiveArgumentError(
+                f"subclass_kit.collectives.{where}: even splits need dim 0 (size "
+                f"{t.size(0) if t.dim() else 'scalar'}) divisible by the group size {g.size}; "
+                "pass explicit split sizes."
+            )
+        even = [t.size(0) // g.size] * g.size
+        return even, even
+    out_s, in_s = list(output_split_sizes), list(input_split_sizes)
+    if len(out_s) != g.size or len(in_s) != g.size:
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.{where}: need one split size per rank ({g.size}); got "
+            f"{len(out_s)} output and {len(in_s)} input split sizes."
+        )
+    if not is_compiling() and sum(in_s) != t.size(0):
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.{where}: input_split_sizes {in_s} sum to {sum(in_s)} "
+            f"but dim 0 of the input is {t.size(0)}."
+        )
+    return out_s, in_s
+
+
+def all_to_all_single(
+    t: torch.Tensor,
+    output_split_sizes: "Sequence[int] | None",
+    input_split_sizes: "Sequence[int] | None",
+    group: GroupLike = None,
+    *,
+    mesh_dim=None,
+) -> torch.Tensor:
+    """Split ``t`` along dim 0, send piece ``i`` to rank ``i``, concatenate what arrives.
+
+    ``input_split_sizes[i]`` rows go to rank ``i``; ``output_split_sizes[i]`` rows come
+    from rank ``i``. Both None means even splits.
+
+    Example (needs an initialized process group of 2):
+        >>> all_to_all_single(torch.arange(3.), [2, 2], [1, 2])       # doctest: +SKIP
+    """
+    where = "all_to_all_single"
+    g = resolve_group(group, mesh_dim, where=where)
+    out_s, in_s = _splits(t, output_split_sizes, input_split_sizes, g, where)
+    return _issue(where, g, _all_to_all, t.detach().contiguous(), out_s, in_s, g.name)
+
+
+def broadcast(t: torch.Tensor, src: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
+    """Every rank gets rank ``src``'s ``t`` (``src`` is the rank *within* ``group``).
+
+    Example (needs an initialized process group):
+        >>> broadcast(torch.full((2,), float(dist.get_rank())), 0)   # doctest: +SKIP
+        AsyncCollectiveTensor(tensor([0., 0.]))
+    """
+    g = resolve_group(group, mesh_dim, where="broadcast")
+    if not 0 <= src < g.size:
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.broadcast: src={src} is not a rank of the group "
+            f"{g.name!r} (ranks 0..{g.size - 1} within the group)."
+        )
+    return _issue("broadcast", g, _broadcast, t.detach().contiguous(), src, g.name)
+
+
+def wait_tensor(t: torch.Tensor) -> torch.Tensor:
+    """Wait for a collective's result and return it as a plain tensor.
+
+    Works on an AsyncCollectiveTensor (and its views) and on the raw output of a native
+    ``_c10d_functional`` op; a tensor with nothing pending is returned as is.
+
+    Example (needs an initialized process group):
+        >>> type(wait_tensor(all_reduce(torch.ones(2), "sum"))).__name__   # doctest: +SKIP
+        'Tensor'
+    """
+    if isinstance(t, AsyncCollectiveTensor) and not _tracing():
+        return t.trigger_wait()
+    return _wait_op(t)
