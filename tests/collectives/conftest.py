@@ -1,0 +1,11 @@
+"""Collectives tests share one spawned gloo world per size; close them all at the end."""
+
+import pytest
+
+from . import _harness
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_worlds():
+    yield
+    _harness.close_all()
