@@ -93,7 +93,7 @@ def test_twotensor_forward_backward(backend, dynamic):
 
 
 def _scaled_fn(act, s, b):
-    # mm(dense, scaled) and mm(scaled, dense) use the handler; s * 0.5 the mul handler.
+    # mm(dense, scaled) and mm(scaled, dense) use the handler; s * 0.5 the to_plain fallback.
     return torch.mm(act, s * 0.5).relu(), torch.mm(s, b)
 
 

@@ -254,11 +254,11 @@ def test_exemplar_scaled_mm_handler_matches_dense():
     torch.testing.assert_close(torch.mm(a, w), a @ w.to_plain())
     b = torch.randn(8, 2)
     torch.testing.assert_close(torch.mm(w, b), w.to_plain() @ b)
-    # mul by a scalar stays quantized (a handler), by a tensor goes dense (the fallback).
+    # Everything else goes dense through the to_plain fallback.
     h = w * 0.5
-    assert type(h) is ScaledTensor and torch.equal(h.qdata, w.qdata)
-    torch.testing.assert_close(h.to_plain(), w.to_plain() * 0.5)
-    assert type(w * torch.ones(8)) is torch.Tensor
+    assert type(h) is torch.Tensor
+    torch.testing.assert_close(h, w.to_plain() * 0.5)
     # BlockScaled has only the to_plain fallback.
-    bs = BlockScaled.__samples__()[1]
+    bs = BlockScaled.__samples__()[-1]
+    assert bs.shape == (70, 8)
     torch.testing.assert_close(torch.mm(torch.ones(2, 70), bs), torch.ones(2, 70) @ bs.to_plain())

@@ -1,0 +1,65 @@
+"""Run the docstring examples (STYLE: public functions carry a short example the suite runs)
+of every subclass_kit module and of symbolic's arithmetic and sources, one test per docstring."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pathlib
+
+import pytest
+
+_REPO = pathlib.Path(__file__).resolve().parents[2]
+_SUBPACKAGES = ("subclass_kit", "subclass_kit/examples")
+_EXTRA = ("symbolic.arith", "symbolic.sources")
+
+# Docstrings whose examples currently fail because of a base-class bug
+# (/work/notes/requests-basetests.md); remove an entry when it is fixed (strict xfail says so).
+_KNOWN = {
+    "subclass_kit.aliasing.correct_aliasing": "base bug: data_ptr() of a wrapper's storage raises",
+    "subclass_kit.base.WrapperTensor.implements": "base bug: example builds ScaledTensor without dtype (int8 result)",
+    "subclass_kit.base.WrapperTensor.implements_torch_function": "base bug: field name `values` shadows torch.Tensor.values",
+    "subclass_kit.fields.meta": "base bug: field name `values` shadows torch.Tensor.values",
+    "subclass_kit.fallbacks.to_plain": "base bug: implements' example leaves its handler in the dispatch cache",
+    "subclass_kit.pytree.using": "base bug: python pytree treats None as a leaf",
+}
+
+
+def _module_names():
+    names = []
+    for sub in _SUBPACKAGES:
+        for path in sorted((_REPO / sub).glob("*.py")):
+            names.append(".".join(path.relative_to(_REPO).with_suffix("").parts))
+    return names + list(_EXTRA)
+
+
+def _doctests():
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    out = []
+    for name in _module_names():
+        module = importlib.import_module(name)
+        for test in finder.find(module, name):
+            if test.examples:
+                marks = [pytest.mark.xfail(reason=_KNOWN[test.name], strict=True)] if test.name in _KNOWN else []
+                out.append(pytest.param(test, id=test.name, marks=marks))
+    return out
+
+
+DOCTESTS = _doctests()
+
+
+def test_every_module_is_covered_and_has_examples():
+    modules = {p.id.rsplit(".", 1)[0] for p in DOCTESTS} | {p.id for p in DOCTESTS}
+    for name in ("subclass_kit.base", "subclass_kit.ctx", "subclass_kit.examples.block_scaled", "symbolic.arith"):
+        assert any(m.startswith(name) for m in modules), name
+    assert len(DOCTESTS) >= 25
+
+
+@pytest.mark.parametrize("test", DOCTESTS)
+def test_doctest(test):
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
+    globs = dict(test.globs)
+    test.globs = globs
+    failures = []
+    runner.run(test, out=failures.append)
+    assert runner.failures == 0, "".join(failures)
