@@ -1,0 +1,118 @@
+"""Imports point one way: symbolic -> (torch, sympy); guards -> symbolic; subclass_kit -> both.
+
+Checked twice: dynamically (import each package in a fresh interpreter and look at
+``sys.modules``, which also catches imports made by torch plugins or re-exports) and
+statically (every ``import`` statement in the package sources, including the lazy ones inside
+functions that an import-time check cannot see).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+OURS = ("symbolic", "guards", "subclass_kit")
+
+# What each package may import from our three (itself included).
+ALLOWED = {
+    "symbolic": {"symbolic"},
+    "guards": {"guards", "symbolic"},
+    "subclass_kit": {"subclass_kit", "guards", "symbolic"},
+}
+
+_PROBE = """
+import json, sys
+import {pkg}
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in {ours!r})))
+"""
+
+
+@pytest.fixture(scope="module")
+def loaded() -> dict:
+    """Modules of ours each package pulls in, each imported in its own fresh interpreter
+    (run concurrently: importing torch dominates)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    procs = {
+        pkg: subprocess.Popen(
+            [sys.executable, "-c", _PROBE.format(pkg=pkg, ours=OURS)],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for pkg in OURS
+    }
+    out = {}
+    try:
+        for pkg, p in procs.items():
+            stdout, stderr = p.communicate(timeout=300)
+            assert p.returncode == 0, f"import {pkg} failed:\n{stderr}"
+            out[pkg] = json.loads(stdout.strip().splitlines()[-1])
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return out
+
+
+@pytest.mark.parametrize("pkg", OURS)
+def test_fresh_import_pulls_only_allowed_packages(pkg, loaded):
+    top = {m.split(".")[0] for m in loaded[pkg]}
+    assert pkg in top
+    assert top <= ALLOWED[pkg], f"import {pkg} pulled in {sorted(top - ALLOWED[pkg])}: {loaded[pkg]}"
+
+
+def test_symbolic_pulls_neither_guards_nor_subclass_kit(loaded):
+    assert not [m for m in loaded["symbolic"] if m.split(".")[0] in ("guards", "subclass_kit")]
+
+
+def test_guards_does_not_pull_subclass_kit(loaded):
+    assert not [m for m in loaded["guards"] if m.split(".")[0] == "subclass_kit"]
+
+
+def _imported_tops(path: pathlib.Path) -> set:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    tops = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            tops |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            tops.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module":
+            if node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                tops.add(node.args[0].value.split(".")[0])
+    return tops
+
+
+@pytest.mark.parametrize("pkg", ["symbolic", "guards"])
+def test_no_import_statement_points_up_the_layers(pkg):
+    offenders = {}
+    for path in sorted((REPO / pkg).rglob("*.py")):
+        bad = (_imported_tops(path) & set(OURS)) - ALLOWED[pkg]
+        if bad:
+            offenders[str(path.relative_to(REPO))] = sorted(bad)
+    assert not offenders, f"{pkg} must not import {offenders}"
+
+
+def test_symbolic_imports_only_torch_sympy_and_the_standard_library():
+    third_party = set()
+    stdlib = set(sys.stdlib_module_names) | {"__future__"}
+    for path in sorted((REPO / "symbolic").rglob("*.py")):
+        third_party |= {t for t in _imported_tops(path) if t not in stdlib}
+    assert third_party <= {"torch", "sympy", "symbolic"}, sorted(third_party)
+
+
+def test_the_static_scan_sees_lazy_imports(tmp_path):
+    # Guard against the checker itself going blind: a function-level import is found.
+    p = tmp_path / "m.py"
+    p.write_text("def f():\n    from subclass_kit import fallbacks\n    import guards.x\n")
+    assert _imported_tops(p) == {"subclass_kit", "guards"}
