@@ -170,3 +170,30 @@ def test_view_then_in_place_under_compile_matches_eager():
         assert torch.equal(g.a, e.a) and torch.equal(g.b, e.b)
     # The input mutation made inside the graph is applied to the caller's tensor.
     assert torch.equal(x_comp.a, x_eager.a) and torch.equal(x_comp.b, x_eager.b)
+
+
+@pytest.mark.parametrize("cls", [TwoTensor, ScaledTensor, BlockScaled], ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "op",
+    [pytest.param(lambda x: x.detach(), id="detach"), pytest.param(aten.alias.default, id="alias")],
+)
+def test_compiled_output_aliasing_an_input_keeps_type_and_storage(cls, op):
+    """AOTAutograd regenerates an output that aliases an input (as_strided of the input with its
+    own size/stride/offset); the wrapper must come back as itself, sharing inner storage."""
+    x = cls.__samples__()[0]
+    compiled, cnt = compile_counted(op, "aot_eager")
+    out = compiled(x)
+    assert type(out) is cls and cnt.frame_count == 1
+    names, ctx = x.__tensor_flatten__()
+    assert out.__tensor_flatten__() == (names, ctx)
+    for n in names:
+        assert getattr(out, n).untyped_storage().data_ptr() == getattr(x, n).untyped_storage().data_ptr()
+
+
+def test_compiled_view_of_an_input_is_a_view():
+    x = _two(3, 4)
+    compiled, _ = compile_counted(lambda x: x.t()[1:], "aot_eager")
+    out = compiled(x)
+    assert type(out) is TwoTensor and torch.equal(out.a, x.a.t()[1:]) and out.stride() == x.a.t()[1:].stride()
+    out.add_(1)  # writes through to the caller's tensor, as in eager
+    assert torch.equal(x.a.t()[1:], out.a)
