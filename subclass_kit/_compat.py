@@ -49,3 +49,9 @@ def add_safe_globals(objs) -> None:
 
 def get_safe_globals():
     return torch.serialization.get_safe_globals()
+
+
+def enable_torch_optree_namespace() -> None:
+    """Register torch's node types in optree's "torch" namespace with insertion-ordered
+    dicts, exactly as torch's own optree-backed pytree does (importing it does both)."""
+    import torch.utils._cxx_pytree  # noqa: F401

@@ -176,15 +176,18 @@ class WrapperTensor(torch.Tensor):
 
         Example:
             >>> import torch
-            >>> from subclass_kit.examples import ScaledTensor
-            >>> @ScaledTensor.implements(torch.ops.aten.neg.default)
+            >>> from subclass_kit import WrapperTensor, inner, meta
+            >>> class Signed(WrapperTensor):
+            ...     magnitude: torch.Tensor = inner()
+            ...     flipped: bool = meta(default=False)
+            ...     def to_plain(self):
+            ...         return -self.magnitude if self.flipped else self.magnitude
+            >>> @Signed.implements(torch.ops.aten.neg.default)
             ... def _neg(func, types, args, kwargs):
             ...     x = args[0]
-            ...     return ScaledTensor(x.qdata, -x.scale)
-            >>> x = ScaledTensor.from_float(torch.tensor([[1.0, -2.0]]))
-            >>> torch.neg(x).to_plain()
-            tensor([[-1.,  2.]])
-            >>> del ScaledTensor._kit_own_ops[torch.ops.aten.neg.default]
+            ...     return Signed(x.magnitude, flipped=not x.flipped)
+            >>> torch.neg(Signed(torch.tensor([1.0, 2.0]))).to_plain()
+            tensor([-1., -2.])
         """
         return dispatch.register_ops(cls, ops)
 
@@ -196,12 +199,12 @@ class WrapperTensor(torch.Tensor):
             >>> import torch
             >>> from subclass_kit import WrapperTensor, inner, fallbacks
             >>> class Logged(WrapperTensor):
-            ...     values: torch.Tensor = inner()
+            ...     payload: torch.Tensor = inner()
             ...     __fallback__ = fallbacks.map_inner
             >>> @Logged.implements_torch_function(torch.nn.functional.relu)
             ... def _relu(func, types, args, kwargs):
-            ...     return Logged(args[0].values.clamp_min(0))
-            >>> torch.nn.functional.relu(Logged(torch.tensor([-1.0, 2.0]))).values
+            ...     return Logged(args[0].payload.clamp_min(0))
+            >>> torch.nn.functional.relu(Logged(torch.tensor([-1.0, 2.0]))).payload
             tensor([0., 2.])
         """
         return dispatch.register_torch_functions(cls, fns)

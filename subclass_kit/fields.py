@@ -69,7 +69,7 @@ def meta(*, default: Any = MISSING, doc: str = "") -> Any:
         >>> import torch
         >>> from subclass_kit import WrapperTensor, inner, meta
         >>> class Blocked(WrapperTensor):
-        ...     values: torch.Tensor = inner()
+        ...     payload: torch.Tensor = inner()
         ...     block: int = meta(default=32)
     """
     return MetaField(default=default, doc=doc)

@@ -1,9 +1,12 @@
 """One pytree facade over optree (default) or torch's Python pytree.
 
 ``subclass_kit.pytree.use("python")`` switches every function here to torch's
-``torch.utils._pytree``; ``use("optree")`` switches back. The two agree on lists, tuples,
-dicts, namedtuples and None; optree is faster, torch's pytree is what dynamo traces
-natively. Tensors (wrapped or not) are leaves in both.
+``torch.utils._pytree``; ``use("optree")`` switches back. Both follow torch's pytree
+semantics, so code does not change meaning with the switch: ``None`` is a leaf, dicts keep
+insertion order, torch's registered node types (``torch.Size``...) are nodes. (optree runs
+in torch's namespace with ``none_is_leaf=True``, as ``torch.utils._cxx_pytree`` does.)
+optree is faster; torch's pytree is what dynamo traces natively. Tensors, wrapped or not,
+are leaves in both.
 
 Example:
     >>> from subclass_kit import pytree
@@ -23,9 +26,8 @@ __all__ = ["use", "using", "current", "tree_map", "tree_map_only", "tree_flatten
 
 _IMPLS = ("optree", "python")
 _current = "optree"
-# torch registers its namespace in optree for e.g. torch.Size; we keep optree's default
-# registry (lists, tuples, dicts, namedtuples, None) so both implementations agree.
-_NS = ""
+_NS = "torch"
+_compat.enable_torch_optree_namespace()
 
 
 def use(impl: str) -> None:
@@ -56,7 +58,7 @@ def using(impl: str):
         >>> from subclass_kit import pytree
         >>> with pytree.using("python"):
         ...     pytree.tree_leaves([1, (2, None)])
-        [1, 2]
+        [1, 2, None]
     """
     prev = _current
     use(impl)
@@ -76,7 +78,7 @@ def tree_flatten(tree):
         ([1, 2], {'a': [3, 4]})
     """
     if _current == "optree":
-        return optree.tree_flatten(tree, none_is_leaf=False, namespace=_NS)
+        return optree.tree_flatten(tree, none_is_leaf=True, namespace=_NS)
     return _compat.python_pytree.tree_flatten(tree)
 
 
@@ -88,15 +90,15 @@ def tree_unflatten(leaves, spec):
 
 
 def tree_leaves(tree):
-    """The leaves, left to right (None is not a leaf).
+    """The leaves, left to right (dicts in insertion order; None is a leaf, as in torch).
 
     Example:
         >>> from subclass_kit import pytree
         >>> pytree.tree_leaves({"b": 1, "a": (2, None)})
-        [2, 1]
+        [1, 2, None]
     """
     if _current == "optree":
-        return optree.tree_leaves(tree, none_is_leaf=False, namespace=_NS)
+        return optree.tree_leaves(tree, none_is_leaf=True, namespace=_NS)
     return _compat.python_pytree.tree_leaves(tree)
 
 
@@ -109,7 +111,7 @@ def tree_map(fn, tree, *rests):
         [11, 22]
     """
     if _current == "optree":
-        return optree.tree_map(fn, tree, *rests, none_is_leaf=False, namespace=_NS)
+        return optree.tree_map(fn, tree, *rests, none_is_leaf=True, namespace=_NS)
     return _compat.python_pytree.tree_map(fn, tree, *rests)
 
 

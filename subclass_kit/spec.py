@@ -165,7 +165,7 @@ def build_spec(cls: type, parent: ClassSpec | None, *, abstract: bool) -> ClassS
     if not inner and not abstract:
         raise FieldDeclarationError(
             f"{qual} declares no inner tensor. A wrapper subclass holds at least one tensor: "
-            f"add e.g. `values: torch.Tensor = inner()` (the first one is the primary), or "
+            f"add e.g. `payload: torch.Tensor = inner()` (the first one is the primary), or "
             f"declare an intermediate base with `class {cls.__name__}(WrapperTensor, abstract=True)`."
         )
     if inner and inner[0].optional:

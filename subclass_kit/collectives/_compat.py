@@ -10,6 +10,9 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 __all__ = [
+    "raw_op",
+    "is_pure_view",
+    "writes_an_argument",
     "funcol_ops",
     "wait_op",
     "find_group_by_ranks",
@@ -59,3 +62,31 @@ def resolve_group_name(name: str) -> "dist.ProcessGroup":
 def work_registry_size() -> int:
     """How many collectives issued by this process have not been waited on."""
     return torch._C._distributed_c10d._get_work_registry_size()
+
+
+def raw_op(func):
+    """The C++ callable behind an OpOverload (calling it skips OpOverload.__call__)."""
+    return getattr(func, "_op", func)
+
+
+def is_pure_view(func) -> bool:
+    """True for an aten view op that always returns a view of its first argument.
+
+    CompositeImplicitAutograd "views" (reshape, flatten, ...) may copy instead; a copy of a
+    pending collective buffer would read it before the wait (pytorch#133421), so those do
+    not count. They reach a __torch_dispatch__ only under unusual dispatch anyway.
+    """
+    if not isinstance(func, torch._ops.OpOverload) or not func.is_view:
+        return False
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), torch._C.DispatchKey.CompositeImplicitAutograd):
+        return False
+    args = func._schema.arguments
+    return bool(args) and args[0].alias_info is not None and not args[0].alias_info.is_write
+
+
+def writes_an_argument(func) -> bool:
+    """True for in-place and out= ops (an argument is written)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return False
+    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)

@@ -52,6 +52,7 @@ _wait_op = _compat.wait_op
 _Tensor = torch.Tensor
 _FunctionalTensor = _compat.FunctionalTensor
 _STRIDED = torch.strided
+_VIEW = aten.view.default
 _make = _kit_compat.make_wrapper_subclass
 
 
@@ -243,6 +244,14 @@ class AsyncCollectiveTensor(WrapperTensor):
         # classified here (view or compute) rather than sent to the base's built-in
         # handlers, which map ops over inner tensors: right for data wrappers, wrong for a
         # pending buffer (clone/_to_copy must wait; every view must keep the pending wait).
+        if func is _VIEW:
+            # aten.view, where most reshapes end up: the shortest path, inline.
+            d = args[0].__dict__
+            elem = d["elem"]
+            cell = d["_kit_pending"]
+            if cell is None and type(elem) is _FunctionalTensor:
+                return elem.view(args[1])
+            return _wrap(elem.view(args[1]), cell)
         try:
             h = cls._kit_cache[func]
         except KeyError:
@@ -264,11 +273,14 @@ def _ctx(dtype):
 
 
 def _wrap(elem, cell):
-    """A pending wrapper over ``elem`` (trusted fast path: no validation)."""
+    """A wrapper over ``elem`` sharing ``cell`` (trusted fast path: no validation).
+
+    This is the hot path of every view op; it skips the base class's validated constructor
+    (the parts come from torch, already consistent) and passes only non-default options.
+    """
     r = _make(
         AsyncCollectiveTensor, elem.shape, strides=elem.stride(),
         storage_offset=elem.storage_offset(), dtype=elem.dtype, device=elem.device,
-        layout=_STRIDED, requires_grad=False,
     )
     d = r.__dict__
     d["elem"] = elem
@@ -283,11 +295,16 @@ def pending(elem: torch.Tensor, what) -> AsyncCollectiveTensor:
 
 
 # ---- handlers -------------------------------------------------------------------------
+# Handlers are built per op (closures over the op's C++ callable ``op._op``, which skips the
+# Python frame of OpOverload.__call__): this path runs on every op an ACT sees.
 
 
 def _unwrap(a):
     """The waited plain tensor of an ACT; lists/tuples element-wise; anything else as is."""
     if isinstance(a, AsyncCollectiveTensor):
+        d = a.__dict__
+        if d["_kit_pending"] is None:
+            return d["elem"]
         return a.trigger_wait()
     t = type(a)
     if t is list or t is tuple:
@@ -295,10 +312,16 @@ def _unwrap(a):
     return a
 
 
-def _compute(func, types, args, kwargs):
+def _compute_handler(func):
     """Wait for every ACT argument, run ``func`` on plain tensors, return plain results."""
-    out = func(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
-    return out
+    op = _compat.raw_op(func)
+
+    def compute(func, types, args, kwargs):
+        if kwargs:
+            return op(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
+        return op(*[_unwrap(a) for a in args])
+
+    return compute
 
 
 def _mutate(func, types, args, kwargs):
@@ -307,60 +330,74 @@ def _mutate(func, types, args, kwargs):
     return _kit_compat.return_and_correct_aliasing(func, args, kwargs, out)
 
 
+def _plain_view_in_trace(cell, elem) -> bool:
+    # Inside a functionalized trace (AOTAutograd) the input was already waited at the top
+    # of the graph; its views are plain values there, so no graph output or tangent is
+    # typed AsyncCollectiveTensor (a plain runtime tangent could not be coerced back).
+    return cell is None and type(elem) is _FunctionalTensor
+
+
+def _view_handler(func):
+    """A view op: a view of the buffer, still pending (no wait) if the input was."""
+    op = _compat.raw_op(func)
+    method = _VIEW_METHODS.get(func)
+
+    def view(func, types, args, kwargs):
+        a = args[0]
+        if not isinstance(a, AsyncCollectiveTensor) or kwargs or any(
+            isinstance(x, AsyncCollectiveTensor) for x in args[1:]
+        ):
+            return _general_view(op, args, kwargs)
+        d = a.__dict__
+        elem = d["elem"]
+        cell = d["_kit_pending"]
+        out = method(elem, *args[1:]) if method is not None else op(elem, *args[1:])
+        if _plain_view_in_trace(cell, elem):
+            return out
+        if isinstance(out, _Tensor):
+            return _wrap(out, cell)
+        return type(out)(_wrap(o, cell) for o in out)
+
+    return view
+
+
+def _general_view(op, args, kwargs):
+    # Rare shapes of a view call (kwargs, or the ACT not first): same result, slower path.
+    a = next(x for x in (*args, *kwargs.values()) if isinstance(x, AsyncCollectiveTensor))
+    d = a.__dict__
+    out = op(*[x.__dict__["elem"] if isinstance(x, AsyncCollectiveTensor) else x for x in args],
+             **{k: v.__dict__["elem"] if isinstance(v, AsyncCollectiveTensor) else v for k, v in kwargs.items()})
+    if _plain_view_in_trace(d["_kit_pending"], d["elem"]):
+        return out
+    if isinstance(out, _Tensor):
+        return _wrap(out, d["_kit_pending"])
+    return type(out)(_wrap(o, d["_kit_pending"]) for o in out)
+
+
 def _view_fast(func, types, args, kwargs):
+    # aten.view: where most reshapes end up, so it gets its own, shortest path.
     d = args[0].__dict__
     elem = d["elem"]
     cell = d["_kit_pending"]
     if cell is None and type(elem) is _FunctionalTensor:
-        return func(elem, args[1])
-    return _wrap(func(elem, args[1]), cell)
-
-
-def _view(func, types, args, kwargs):
-    """A view op: a view of the buffer, still pending (no wait) if the input was."""
-    a = args[0]
-    if not isinstance(a, AsyncCollectiveTensor) or len(args) > 1 and any(
-        isinstance(x, AsyncCollectiveTensor) for x in args[1:]
-    ):
-        return _compute(func, types, args, kwargs)
-    d = a.__dict__
-    elem = d["elem"]
-    cell = d["_kit_pending"]
-    if cell is not None and cell.done:
-        cell = d["_kit_pending"] = None
-    out = func(elem, *args[1:], **kwargs)
-    if cell is None and type(elem) is _FunctionalTensor:
-        # Inside a functionalized trace (AOTAutograd) the input was already waited at the
-        # top of the graph; its views are plain values there, so no graph output or
-        # tangent is typed AsyncCollectiveTensor (a plain runtime tangent could not be
-        # coerced back to one).
-        return out
-    if isinstance(out, _Tensor):
-        return _wrap(out, cell)
-    return type(out)(_wrap(o, cell) for o in out)
+        return elem.view(args[1])
+    return _wrap(elem.view(args[1]), cell)
 
 
 def _wait_handler(func, types, args, kwargs):
     return args[0].trigger_wait()
 
 
-def _is_pure_view(func) -> bool:
-    if not isinstance(func, torch._ops.OpOverload) or not func.is_view:
-        return False
-    # A CompositeImplicitAutograd "view" (reshape, flatten...) may copy instead; a copy of a
-    # pending buffer would read it before the wait (pytorch#133421). Such ops reach us only
-    # under unusual dispatch; treat them as data uses.
-    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), torch._C.DispatchKey.CompositeImplicitAutograd):
-        return False
-    args = func._schema.arguments
-    return bool(args) and args[0].alias_info is not None and not args[0].alias_info.is_write
-
-
-def _is_mutation(func) -> bool:
-    schema = getattr(func, "_schema", None)
-    if schema is None:
-        return False
-    return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+# Tensor methods are much cheaper to call than the OpOverloads they end in.
+_VIEW_METHODS = {
+    aten.t.default: _Tensor.t,
+    aten.detach.default: _Tensor.detach,
+    aten.transpose.int: _Tensor.transpose,
+    aten.unsqueeze.default: _Tensor.unsqueeze,
+    aten.squeeze.dim: _Tensor.squeeze,
+    aten.select.int: _Tensor.select,
+    aten.permute.default: _Tensor.permute,
+}
 
 
 def _resolve(cls, func):
@@ -374,11 +411,11 @@ def _resolve(cls, func):
             h = own.get(packet)
         if h is not None:
             return h
-    if _is_pure_view(func):
-        return _view
-    if _is_mutation(func):
+    if _compat.is_pure_view(func):
+        return _view_handler(func)
+    if _compat.writes_an_argument(func):
         return _mutate
-    return _compute
+    return _compute_handler(func)
 
 
 AsyncCollectiveTensor.implements(aten.view.default)(_view_fast)

@@ -28,7 +28,11 @@ def plan(run) -> list:
         return [Check("backward.eager", _off, ()), Check(f"backward.compiled[{run.compile_backend()}]", _off, ())]
     return [
         Check("backward.eager", _eager, ("protocol.flatten",)),
-        Check(f"backward.compiled[{run.compile_backend()}]", _compiled, ("protocol.flatten", "backward.eager")),
+        Check(
+            f"backward.compiled[{run.compile_backend()}]",
+            _compiled,
+            ("protocol.flatten", "backward.eager", f"compile[{run.compile_backend()}]"),
+        ),
     ]
 
 

@@ -1,0 +1,175 @@
+"""The kit's AsyncCollectiveTensor beside torch's, on real gloo worlds of 1 and 2 ranks.
+
+Two groups of rows, each measured in one run so the ratios compare like with like:
+
+- ``act_op``: per-op cost of ``view``, ``t``, ``detach`` (on a pending result: no wait) and
+  ``add`` (on a waited one: the compute path) for the kit's wrapper, torch's, and a plain
+  tensor;
+- ``all_reduce_first_use``: ``all_reduce`` then the first op on its result (issue, wrap,
+  wait, compute), for the kit, torch, and the bare native ops (the floor).
+
+Each world runs in freshly started processes (gloo on 127.0.0.1, a store on a free port),
+which are always reaped.
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import os
+import statistics
+import time
+
+__all__ = ["run"]
+
+_TIMEOUT = 600.0
+
+
+def _timed(fns: dict, number: int, repeat: int) -> dict:
+    """Median µs per call of each fn, round-robin (every rank runs the same sequence)."""
+    for fn in fns.values():
+        for _ in range(max(5, number // 10)):
+            fn()
+    samples: dict = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            samples[k].append((time.perf_counter() - t0) / number * 1e6)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def _measure(quick: bool) -> list:
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    from .. import collectives as kit
+
+    ws = dist.get_world_size()
+    number, repeat = (300, 5) if quick else (3000, 9)
+    x = torch.randn(16, 16)
+    world = dist.group.WORLD
+    rows = []
+
+    # Per-op cost. Views run on pending results (issued, not yet waited: no wait happens).
+    kit_act = kit.all_reduce(x, "sum")
+    torch_act = funcol.all_reduce(x, "sum", world)
+    plain = x.clone()
+    ops = {
+        "view": lambda t: (lambda: t.view(256)),
+        "t": lambda t: (lambda: t.t()),
+        "detach": lambda t: (lambda: t.detach()),
+    }
+    results = {}
+    for op, make in ops.items():
+        results[op] = _timed({"plain": make(plain), "torch_act": make(torch_act), "kit_act": make(kit_act)}, number, repeat)
+    kit_act.trigger_wait()
+    torch_act.trigger_wait()
+    results["add"] = _timed(
+        {"plain": lambda: plain.add(1), "torch_act": lambda: torch_act.add(1), "kit_act": lambda: kit_act.add(1)},
+        number, repeat,
+    )
+    for op, res in results.items():
+        for impl, us in res.items():
+            rows.append({
+                "group": "act_op", "name": op, "impl": impl, "world_size": ws,
+                "median_us": round(us, 3),
+                "ratio_vs_torch": round(us / res["torch_act"], 3),
+                "ratio_vs_plain": round(us / res["plain"], 3),
+            })
+
+    # Issue + first use. The native ops without any wrapper are the floor.
+    f = torch.ops._c10d_functional
+    name = world.group_name
+    res = _timed(
+        {
+            "native": lambda: f.wait_tensor(f.all_reduce(x, "sum", name)).add(1),
+            "torch_act": lambda: funcol.all_reduce(x, "sum", world).add(1),
+            "kit_act": lambda: kit.all_reduce(x, "sum").add(1),
+        },
+        max(50, number // 10), repeat,
+    )
+    for impl, us in res.items():
+        rows.append({
+            "group": "all_reduce_first_use", "name": "all_reduce+add", "impl": impl, "world_size": ws,
+            "median_us": round(us, 3),
+            "ratio_vs_torch": round(us / res["torch_act"], 3),
+            "ratio_vs_native": round(us / res["native"], 3),
+        })
+    return rows
+
+
+def _rank(rank: int, size: int, port: int, quick: bool, queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    try:
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+        torch.set_num_threads(1)
+        store = dist.TCPStore("127.0.0.1", port, size, is_master=False, timeout=datetime.timedelta(seconds=60))
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=datetime.timedelta(seconds=60))
+        rows = _measure(quick)
+        dist.barrier()
+        queue.put((rank, "ok", rows))
+        dist.destroy_process_group()
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        import traceback
+
+        queue.put((rank, "error", "".join(traceback.format_exception(type(e), e, e.__traceback__))))
+
+
+def _world(size: int, quick: bool) -> list:
+    import torch.distributed as dist
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch", "torch.distributed"])
+    store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False)
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(r, size, store.port, quick, queue), daemon=True) for r in range(size)]
+    try:
+        for p in procs:
+            p.start()
+        got = {}
+        deadline = time.monotonic() + _TIMEOUT
+        while len(got) < size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"collectives bench: a {size}-rank world did not finish in {_TIMEOUT:.0f}s")
+            try:
+                rank, status, payload = queue.get(timeout=min(left, 5.0))
+            except Exception:  # queue.Empty: check for dead ranks
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in got]
+                if dead:
+                    raise RuntimeError(f"collectives bench: rank(s) {dead} of {size} died") from None
+                continue
+            if status != "ok":
+                raise RuntimeError(f"collectives bench: rank {rank} of {size} failed:\n{payload}")
+            got[rank] = payload
+        return got[0]
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
+def run(quick: bool = False) -> list[dict]:
+    """Rows ``{"group", "name", "impl", "world_size", "median_us", "ratio_vs_torch", ...}``.
+
+    Measures world sizes 1 and 2 in one run (each in its own spawned processes).
+
+    Example:
+        >>> rows = run(quick=True)  # doctest: +SKIP
+        >>> {r["world_size"] for r in rows}  # doctest: +SKIP
+        {1, 2}
+    """
+    return _world(1, quick) + _world(2, quick)
+
+
+if __name__ == "__main__":
+    from . import markdown_table
+
+    print(markdown_table(run(quick=True)))

@@ -1,0 +1,379 @@
+"""``subclass-kit``: the command line.
+
+    subclass-kit check [MODULE:ATTR ...] [--backend B ...] [--json FILE]
+    subclass-kit explain MODULE:FN MODULE:INPUTS [--backend B] [--dynamic auto|true|false]
+    subclass-kit bench [--quick] [--out DIR]
+
+``check`` runs :func:`subclass_kit.testing.check_subclass` on each target (a class with a
+``__samples__`` classmethod, an instance, a list of them or a zero-argument factory), or on
+every built-in exemplar when none is given, printing one line per check as it completes
+and a summary table; exit 0 when everything passed, 1 when anything failed. ``explain``
+prints the guards of the first call's inputs and, over the calls, what dynamo recompiled
+and why beside what the kit's guard sets predicted. ``bench`` runs the benchmark suite.
+Bad usage (unknown module, missing attribute, bad option) exits 2 with a one-line error.
+
+Layer: the top of ``subclass_kit``; imports the kit, ``guards`` and torch lazily so that
+``subclass-kit --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import importlib.util
+import inspect
+import json
+import os
+import sys
+import time
+
+__all__ = ["main", "UsageError"]
+
+PROG = "subclass-kit"
+DEFAULT_BACKENDS = ("eager", "aot_eager", "inductor")
+# Modules whose public classes with __samples__ are the built-in exemplars.
+EXEMPLAR_MODULES = ("subclass_kit.examples", "subclass_kit.collectives", "subclass_kit.sharded")
+DISTRIBUTED_MODULES = ("subclass_kit.collectives", "subclass_kit.sharded")
+
+
+class UsageError(Exception):
+    """Bad command-line usage: reported as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, no usage dump, exit 2
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Check, explain and benchmark wrapper tensor subclasses.")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = p.add_subparsers(dest="verb", metavar="{check,explain,bench}", parser_class=_Parser)
+
+    c = sub.add_parser("check", help="run the conformance checks on subclasses", description=(
+        "Run the conformance checks on each MODULE:ATTR target (a class with __samples__, an "
+        "instance, a list, or a zero-argument factory), or on every built-in exemplar."))
+    c.add_argument("targets", nargs="*", metavar="MODULE:ATTR")
+    c.add_argument("--backend", action="append", metavar="B", help=(
+        f"torch.compile backend to check (repeatable; default: {' '.join(DEFAULT_BACKENDS)})"))
+    c.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
+    c.add_argument("--only", action="append", metavar="NAME", help=(
+        "run only checks with this name or prefix (repeatable), e.g. --only ctx --only compile"))
+    for flag in ("dynamic", "backward", "export", "serialization"):
+        c.add_argument(f"--no-{flag}", action="store_true", help=f"skip the {flag} checks")
+    c.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
+    c.set_defaults(func=_cmd_check)
+
+    e = sub.add_parser("explain", help="show guards and recompile reasons for a function", description=(
+        "Print the guards dynamo installs for the first call's inputs and, over all calls, what "
+        "recompiled and why, beside the kit's prediction. INPUTS is a list of argument tuples "
+        "(or a zero-argument function returning one)."))
+    e.add_argument("fn", metavar="MODULE:FN")
+    e.add_argument("inputs", metavar="MODULE:INPUTS")
+    e.add_argument("--backend", default="eager", metavar="B", help="dynamo backend (default: eager)")
+    e.add_argument("--dynamic", choices=("auto", "true", "false"), default="auto",
+                   help="as torch.compile(dynamic=None/True/False) (default: auto)")
+    e.set_defaults(func=_cmd_explain)
+
+    b = sub.add_parser("bench", help="run the benchmark suite", description=(
+        "Run the benchmarks against torch's own subclasses; write bench.json, bench.md and bench.png."))
+    b.add_argument("--quick", action="store_true", help="fewer repetitions")
+    b.add_argument("--out", default="bench-out", metavar="DIR", help="output directory (default: bench-out)")
+    b.set_defaults(func=_cmd_bench)
+    return p
+
+
+# ---- loading targets ----------------------------------------------------------------------------
+def _import_module(spec: str):
+    if spec.endswith(".py") or os.sep in spec:
+        path = os.path.abspath(spec)
+        if not os.path.isfile(path):
+            raise UsageError(f"no such file: {spec}")
+        name = os.path.splitext(os.path.basename(path))[0]
+        loader = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(loader)
+        sys.modules[name] = mod
+        try:
+            loader.loader.exec_module(mod)
+        except Exception as e:
+            raise UsageError(f"importing {spec} raised {type(e).__name__}: {_one_line(e)}") from None
+        return mod
+    try:
+        return importlib.import_module(spec)
+    except ModuleNotFoundError as e:
+        if e.name and spec.startswith(e.name):
+            raise UsageError(f"cannot import module {spec!r} ({e}); is it on PYTHONPATH?") from None
+        raise UsageError(f"importing {spec} raised ModuleNotFoundError: {e}") from None
+    except Exception as e:
+        raise UsageError(f"importing {spec} raised {type(e).__name__}: {_one_line(e)}") from None
+
+
+def load_target(target: str):
+    """The object named by ``MODULE:ATTR`` (ATTR may be dotted; MODULE may be a .py path)."""
+    if ":" not in target or target.endswith(":") or target.startswith(":"):
+        raise UsageError(f"target {target!r} must be MODULE:ATTR, e.g. mypkg.tensors:MyTensor")
+    mod_name, attr = target.rsplit(":", 1)
+    obj = _import_module(mod_name)
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise UsageError(f"{mod_name} has no attribute {attr!r}{hint}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+def builtin_targets() -> list:
+    """``(label, class)`` for every built-in exemplar with ``__samples__``, in module order."""
+    import torch
+
+    out = []
+    for mod_name in EXEMPLAR_MODULES:
+        try:
+            mod = importlib.import_module(mod_name)
+        except ImportError:
+            continue  # not written yet, or an optional dependency is missing
+        for name in getattr(mod, "__all__", ()):
+            obj = getattr(mod, name, None)
+            if isinstance(obj, type) and issubclass(obj, torch.Tensor) and hasattr(obj, "__samples__"):
+                out.append((f"{mod_name}:{name}", obj))
+    return out
+
+
+class _SingleRankGroup:
+    """A one-rank gloo group on 127.0.0.1 for distributed exemplars, if none exists."""
+
+    def __init__(self):
+        self.mine = False
+
+    def __enter__(self):
+        import socket
+
+        import torch.distributed as dist
+
+        if dist.is_available() and not dist.is_initialized():
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+            self.mine = True
+        return self
+
+    def __exit__(self, *exc):
+        if self.mine:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+# ---- check --------------------------------------------------------------------------------------
+def _cmd_check(args) -> int:
+    from .testing.report import format_row, format_summary
+    from .testing.runner import check_subjects
+    from .testing.subject import resolve
+
+    backends = tuple(args.backend) if args.backend else DEFAULT_BACKENDS
+    _validate_backends(backends)
+    if args.json:
+        folder = os.path.dirname(os.path.abspath(args.json))
+        if not os.path.isdir(folder):
+            raise UsageError(f"--json {args.json}: directory {folder} does not exist")
+    sys.path.insert(0, os.getcwd())
+    targets = [(t, load_target(t)) for t in args.targets] if args.targets else builtin_targets()
+    if not targets:
+        raise UsageError("no targets given and no built-in exemplars found")
+    needs_group = any(getattr(obj, "__module__", "").startswith(DISTRIBUTED_MODULES) for _, obj in targets)
+
+    def on_row(row):
+        if not args.quiet or row.status == "fail":
+            print(format_row(row), flush=True)
+
+    reports = []
+    t0 = time.perf_counter()
+    group = _SingleRankGroup() if needs_group else None
+    if group is not None:
+        group.__enter__()
+    try:
+        for label, obj in targets:
+            try:
+                subjects = resolve(obj)
+            except Exception as e:
+                raise UsageError(f"{label}: cannot make samples: {type(e).__name__}: {_one_line(e)}") from None
+            reports += check_subjects(
+                subjects,
+                backends=backends,
+                dynamic=not args.no_dynamic,
+                backward=not args.no_backward,
+                export=not args.no_export,
+                serialization=not args.no_serialization,
+                only=args.only,
+                on_row=on_row,
+            )
+    finally:
+        if group is not None:
+            group.__exit__(None, None, None)
+    wall = time.perf_counter() - t0
+    ok = all(r.ok for r in reports)
+    print()
+    print(format_summary(reports))
+    fails = [(r.subject, row) for r in reports for row in r.failures]
+    if fails:
+        print(f"\n{len(fails)} failing check(s):")
+        for subject, row in fails:
+            print(f"  {subject} {row.name}: {row.message}")
+    verdict = "all checks passed" if ok else f"FAILED ({len(fails)} failing)"
+    print(f"\n{verdict} in {wall:.1f}s (backends: {', '.join(backends)})")
+    if args.json:
+        import torch
+
+        doc = {
+            "version": 1,
+            "ok": ok,
+            "torch": torch.__version__,
+            "backends": list(backends),
+            "seconds": round(wall, 3),
+            "reports": [r.to_json() for r in reports],
+        }
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+    return 0 if ok else 1
+
+
+def _validate_backends(backends) -> None:
+    import torch
+
+    known = set(torch._dynamo.list_backends(exclude_tags=())) | set(DEFAULT_BACKENDS)
+    for b in backends:
+        if b not in known:
+            close = difflib.get_close_matches(b, sorted(known), n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise UsageError(f"unknown backend {b!r}{hint}")
+
+
+# ---- explain ------------------------------------------------------------------------------------
+def _calls(inputs) -> list:
+    if callable(inputs) and not isinstance(inputs, (list, tuple)):
+        inputs = inputs()
+    if not isinstance(inputs, (list, tuple)) or not inputs:
+        raise UsageError("INPUTS must be a non-empty list of argument tuples (or a function returning one)")
+    return [tuple(a) if isinstance(a, (tuple, list)) else (a,) for a in inputs]
+
+
+def _param_names(fn, n: int) -> tuple:
+    try:
+        params = [p.name for p in inspect.signature(fn).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    params = params[:n]
+    return tuple(params) + tuple(f"arg{i}" for i in range(len(params), n))
+
+
+def _cmd_explain(args) -> int:
+    _validate_backends((args.backend,))
+    sys.path.insert(0, os.getcwd())
+    fn = load_target(args.fn)
+    if not callable(fn):
+        raise UsageError(f"{args.fn} is a {type(fn).__name__}, not a function")
+    try:
+        calls = _calls(load_target(args.inputs))
+    except UsageError:
+        raise
+    except Exception as e:
+        raise UsageError(f"{args.inputs}: cannot make the inputs: {type(e).__name__}: {_one_line(e)}") from None
+    dynamic = {"auto": None, "true": True, "false": False}[args.dynamic]
+    import guards
+
+    build_call = getattr(guards, "build_call", None)
+    explain_recompiles = getattr(guards, "explain_recompiles", None)
+    names = _param_names(fn, len(calls[0]))
+    if build_call is None or explain_recompiles is None:
+        print("subclass-kit explain: this install's guards package lacks build_call/explain_recompiles; "
+              "showing dynamo's own recompile count only.")
+        return _explain_fallback(fn, calls, args.backend, dynamic)
+    gs = build_call(calls[0], names, dynamic=dynamic)
+    print(f"guards for call 0 of {args.fn}({', '.join(names)}): {len(gs)} guards")
+    for line in gs.describe():
+        print(f"  {line}")
+    report = explain_recompiles(fn, calls, backend=args.backend, dynamic=dynamic)
+    print(f"\nrecompiles over {len(calls)} calls:")
+    for line in report.lines():
+        print(f"  {line}")
+    return 0
+
+
+def _explain_fallback(fn, calls, backend, dynamic) -> int:
+    import torch
+
+    from .testing import _compat
+
+    _compat.dynamo_reset()
+    cnt = _compat.compile_counter(backend)
+    cfn = torch.compile(fn, backend=cnt, dynamic=dynamic)
+    for i, args in enumerate(calls):
+        before = cnt.frame_count
+        cfn(*args)
+        print(f"call {i}: {'compiled' if cnt.frame_count > before else 'reused'}")
+    for r in _compat.guard_failure_reasons():
+        print(f"  dynamo: {r.strip()}")
+    return 0
+
+
+# ---- bench --------------------------------------------------------------------------------------
+def _cmd_bench(args) -> int:
+    try:
+        from . import bench
+    except ImportError as e:
+        raise UsageError(f"the benchmark suite is not available: {e}") from None
+    run = getattr(bench, "main", None)
+    if run is None:
+        raise UsageError("the benchmark suite is not available in this install (subclass_kit.bench.main is missing)")
+    rows = run(quick=args.quick, out=args.out)
+    table = getattr(bench, "markdown_table", None)
+    if rows and table is not None:
+        print(table(rows))
+    print(f"\nwrote {os.path.join(args.out, 'bench.json')}, bench.md and bench.png ({len(rows or [])} rows)")
+    return 0
+
+
+# ---- entry point --------------------------------------------------------------------------------
+def main(argv=None) -> int:
+    """Run the ``subclass-kit`` command line; returns the exit status.
+
+    Example:
+        >>> from subclass_kit.cli import main
+        >>> main(["check", "no_such_module:X"])
+        2
+    """
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+        if args.version:
+            from importlib.metadata import PackageNotFoundError, version
+
+            try:
+                print(f"{PROG} {version('subclass-kit')}")
+            except PackageNotFoundError:
+                print(f"{PROG} (not installed)")
+            return 0
+        if args.verb is None:
+            parser.print_help()
+            return 0
+        return args.func(args)
+    except UsageError as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

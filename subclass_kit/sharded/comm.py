@@ -1,0 +1,89 @@
+"""The collective steps of redistribution, on one mesh dimension, returning waited locals.
+
+Each step goes through ``subclass_kit.collectives`` (torch's native ``_c10d_functional``
+ops underneath) by group name, and waits at once: a ShardedTensor's local is always a plain
+tensor. Under torch.compile the kit's collectives return ``wait_tensor(op(...))`` and both
+nodes land in the graph. A mesh dimension of one rank is the identity and issues nothing.
+
+Uneven shards (torch.chunk sizes) are padded to the full chunk before a gather or a
+reduce-scatter and cut back after, so every rank sends equal sizes as the ops require.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import collectives as _coll
+from .layout import chunk_size
+from .mesh import MeshRef
+
+__all__ = ["gather_shards", "reduce_partial", "reduce_scatter_partial", "take_chunk", "zero_unless_first"]
+
+
+def _static_zero(x) -> bool:
+    return type(x) is int and x == 0
+
+
+def _pad(local: torch.Tensor, dim: int, amount) -> torch.Tensor:
+    if _static_zero(amount):
+        return local
+    pad = [0, 0] * (local.dim() - dim - 1) + [0, amount]
+    return torch.constant_pad_nd(local, pad, 0)
+
+
+def gather_shards(local: torch.Tensor, mesh: MeshRef, mesh_dim: int, dim: int, n) -> torch.Tensor:
+    """All-gather the shards of tensor dim ``dim`` (global size ``n``) along mesh dim ``mesh_dim``."""
+    k = mesh.shape[mesh_dim]
+    if k == 1:
+        return local
+    full = chunk_size(n, k, 0)
+    padded = _pad(local, dim, full - local.size(dim)).contiguous()
+    out = _coll.wait_tensor(_coll.all_gather_tensor(padded, dim, mesh.group_names[mesh_dim]))
+    if type(n) is int and type(full) is int and n == full * k:
+        return out
+    return out.narrow(dim, 0, n)
+
+
+def reduce_partial(local: torch.Tensor, mesh: MeshRef, mesh_dim: int, op: str) -> torch.Tensor:
+    """All-reduce a Partial(op) operand over mesh dim ``mesh_dim`` (``avg`` = sum / ranks)."""
+    k = mesh.shape[mesh_dim]
+    if k == 1:
+        return local
+    name = mesh.group_names[mesh_dim]
+    if op == "avg":
+        # gloo has no AVG; sum then divide gives the same value on every backend.
+        return _coll.wait_tensor(_coll.all_reduce(local.contiguous(), "sum", name)) / k
+    return _coll.wait_tensor(_coll.all_reduce(local.contiguous(), op, name))
+
+
+def reduce_scatter_partial(local: torch.Tensor, mesh: MeshRef, mesh_dim: int, op: str, dim: int, coord: int) -> torch.Tensor:
+    """Reduce a Partial(op) operand and keep this rank's chunk of ``dim`` (one collective)."""
+    k = mesh.shape[mesh_dim]
+    if k == 1:
+        return local
+    n = local.size(dim)
+    full = chunk_size(n, k, 0)
+    padded = _pad(local, dim, full * k - n).contiguous()
+    wire_op = "sum" if op == "avg" else op
+    out = _coll.wait_tensor(_coll.reduce_scatter_tensor(padded, wire_op, dim, mesh.group_names[mesh_dim]))
+    if op == "avg":
+        out = out / k
+    mine = chunk_size(n, k, coord)
+    if type(mine) is int and type(full) is int and mine == full:
+        return out
+    return out.narrow(dim, 0, mine)
+
+
+def take_chunk(local: torch.Tensor, k: int, coord: int, dim: int) -> torch.Tensor:
+    """This rank's chunk of a replicated tensor along ``dim`` (no communication; a view)."""
+    if k == 1:
+        return local
+    from .layout import chunk_start
+
+    n = local.size(dim)
+    return local.narrow(dim, chunk_start(n, k, coord), chunk_size(n, k, coord))
+
+
+def zero_unless_first(local: torch.Tensor, coord: int) -> torch.Tensor:
+    """Replicate -> Partial('sum'): the first rank keeps the value, the others hold zeros."""
+    return local if coord == 0 else torch.zeros_like(local)

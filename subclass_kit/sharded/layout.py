@@ -1,0 +1,92 @@
+"""Shard layout arithmetic: the local shape of a shard from the global shape, and back.
+
+Written as plain arithmetic with ``symbolic.ceil_div``/``sym_max``/``sym_min`` so that it runs
+on ints (eager), SymInts (fake tensors under torch.compile) and sympy symbols
+(``symbolic.relations``). Chunking follows ``torch.chunk``: chunk ``c`` of ``n`` items over
+``k`` ranks starts at ``c * ceil(n / k)`` and has ``ceil(n / k)`` items, fewer (or none) at
+the end.
+"""
+
+from __future__ import annotations
+
+from symbolic import ceil_div, sym_max, sym_min
+
+from .placements import Shard
+
+__all__ = ["chunk_size", "chunk_start", "local_shape", "even_global_shape", "contiguous_strides"]
+
+
+def chunk_size(n, k: int, c: int):
+    """Size of chunk ``c`` when ``n`` items are split over ``k`` ranks as torch.chunk does.
+
+    ``k`` and ``c`` are plain ints (the mesh is static), so branching on them specializes
+    nothing; ``n`` may be symbolic.
+
+    Example:
+        >>> [chunk_size(5, 2, c) for c in range(2)], [chunk_size(5, 4, c) for c in range(4)]
+        ([3, 2], [2, 2, 1, 0])
+    """
+    if k == 1:
+        return n
+    full = ceil_div(n, k)
+    if c == 0:
+        return full
+    if c == k - 1:
+        # n <= k * ceil(n / k), so the last chunk never exceeds a full one.
+        return sym_max(0, n - c * full)
+    return sym_min(full, sym_max(0, n - c * full))
+
+
+def chunk_start(n, k: int, c: int):
+    """Offset of chunk ``c`` (clamped to ``n`` for the empty chunks past the end).
+
+    Example:
+        >>> [chunk_start(5, 4, c) for c in range(4)]
+        [0, 2, 4, 5]
+    """
+    if c == 0 or k == 1:
+        return 0
+    return sym_min(c * ceil_div(n, k), n)
+
+
+def local_shape(global_shape, placements, mesh_shape, coord) -> tuple:
+    """The shape of this rank's shard (placements normalized, one per mesh dim).
+
+    Example:
+        >>> local_shape((5, 4), (Shard(0),), (2,), (1,))
+        (2, 4)
+    """
+    shape = list(global_shape)
+    for p, k, c in zip(placements, mesh_shape, coord):
+        if type(p) is Shard:
+            shape[p.dim] = chunk_size(shape[p.dim], k, c)
+    return tuple(shape)
+
+
+def even_global_shape(local, placements, mesh_shape) -> tuple:
+    """The global shape when every shard has the local shape (``from_local`` without shape=).
+
+    Example:
+        >>> even_global_shape((2, 4), (Shard(1),), (3,))
+        (2, 12)
+    """
+    shape = list(local)
+    for p, k in zip(placements, mesh_shape):
+        if type(p) is Shard:
+            shape[p.dim] = shape[p.dim] * k
+    return tuple(shape)
+
+
+def contiguous_strides(shape) -> tuple:
+    """Row-major strides (works on SymInts).
+
+    Example:
+        >>> contiguous_strides((2, 3, 4))
+        (12, 4, 1)
+    """
+    strides = []
+    acc = 1
+    for s in reversed(tuple(shape)):
+        strides.append(acc)
+        acc = acc * s
+    return tuple(reversed(strides))

@@ -1,0 +1,139 @@
+"""Matrix products: ``mm``, ``addmm``, ``bmm`` (and so ``nn.Linear``, whose ``F.linear``
+decomposes into ``t`` + ``addmm``, or ``view`` + ``mm`` for batched input).
+
+Each product is described by index labels, ``mm`` as ``nk,km->nm``. Per mesh dim the
+output placement follows from the operands':
+
+====================  =====================  =====================
+a                     b                      output
+====================  =====================  =====================
+Shard(n)              Replicate              Shard(n)
+Replicate             Shard(m)               Shard(m)   (Colwise: weight rows)
+Shard(k)              Shard(k)               Partial    (Rowwise: a reduction pending)
+Shard(batch)          Shard(batch)           Shard(batch)
+Partial               Replicate              Partial
+Replicate             Partial                Partial
+Replicate             Replicate              Replicate
+====================  =====================  =====================
+
+When the operands match no row, the cheapest row is chosen by the cost of moving them
+(chunking a replicated operand is free, a gather moves the tensor once, an all-reduce twice,
+weighted by size), as DTensor's strategy selection does. ``addmm``'s bias follows the
+output: chunked to match a Shard, zero-masked to join a Partial.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..placements import Partial, Replicate, Shard
+from ..redistribute import cost
+from ..tensor import ShardedTensor
+from ._common import aligned, aten, global_meta, move, move_plain, spec_of, wrap_out
+
+__all__ = ["mm", "addmm", "bmm", "strategy"]
+
+_MM = (("n", "k"), ("k", "m"), ("n", "m"))
+_BMM = (("b", "n", "k"), ("b", "k", "m"), ("b", "n", "m"))
+
+
+def _rows(labels) -> list:
+    a_lab, b_lab, o_lab = labels
+    rows = [
+        (Replicate(), Replicate(), Replicate()),
+        (Partial("sum"), Replicate(), Partial("sum")),
+        (Replicate(), Partial("sum"), Partial("sum")),
+        (Partial("avg"), Replicate(), Partial("avg")),
+        (Replicate(), Partial("avg"), Partial("avg")),
+    ]
+    for lab in dict.fromkeys(a_lab + b_lab):
+        sa = Shard(a_lab.index(lab)) if lab in a_lab else Replicate()
+        sb = Shard(b_lab.index(lab)) if lab in b_lab else Replicate()
+        so = Shard(o_lab.index(lab)) if lab in o_lab else Partial("sum")
+        rows.append((sa, sb, so))
+    return rows
+
+
+_ROWS = {_MM: _rows(_MM), _BMM: _rows(_BMM)}
+
+
+def _weight(t) -> float:
+    n = math.prod(t.shape) if all(type(s) is int for s in t.shape) else None
+    return float(n) if n else 1.0
+
+
+def _placements(x, m: int) -> tuple:
+    return x._kit_ctx.placements if type(x) is ShardedTensor else (Replicate(),) * m
+
+
+def strategy(labels, a, b, mesh_ndim: int):
+    """Per mesh dim, the cheapest ``(a, b, out)`` placement row for ``a @ b``.
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit.sharded import distribute, Shard, Replicate, MeshRef
+        >>> m = MeshRef.local()
+        >>> x, w = distribute(torch.ones(2, 3), m, [Shard(1)]), distribute(torch.ones(3, 4), m, [Shard(0)])
+        >>> strategy(_MM, x, w, 1)
+        ((Shard(1),), (Shard(0),), (Partial('sum'),))
+    """
+    pa, pb = _placements(a, mesh_ndim), _placements(b, mesh_ndim)
+    wa, wb = _weight(a), _weight(b)
+    ta, tb, to = [], [], []
+    taken: set = set()
+    for i in range(mesh_ndim):
+        best = None
+        for sa, sb, so in _ROWS[labels]:
+            if type(so) is Shard and so.dim in taken:
+                continue
+            c = cost(pa[i], sa) * wa + cost(pb[i], sb) * wb
+            if best is None or c < best[0]:
+                best = (c, sa, sb, so)
+        _, sa, sb, so = best
+        if type(so) is Shard:
+            taken.add(so.dim)
+        ta.append(sa)
+        tb.append(sb)
+        to.append(so)
+    return tuple(ta), tuple(tb), tuple(to)
+
+
+def _operand(x, mesh, coord, target):
+    return move(x, target) if type(x) is ShardedTensor else move_plain(x, mesh, coord, target)
+
+
+def _product(labels, func, args, kwargs, a_idx):
+    mesh, coord = spec_of(func, args, kwargs)
+    a, b = args[a_idx], args[a_idx + 1]
+    ta, tb, out_pl = strategy(labels, a, b, mesh.ndim)
+    meta = global_meta(func, args, kwargs)
+    new = list(args)
+    new[a_idx] = _operand(a, mesh, coord, ta)
+    new[a_idx + 1] = _operand(b, mesh, coord, tb)
+    if a_idx == 1:
+        bias = args[0]
+        target = aligned(tuple(bias.shape), meta.shape, out_pl)
+        if type(bias) is ShardedTensor:
+            # A bias already Partial alike stays; any other joins a Partial as a masked term.
+            cur = bias._kit_ctx.placements
+            target = tuple(c if type(p) is Partial and c == p else p for p, c in zip(target, cur))
+        new[0] = _operand(bias, mesh, coord, target)
+    return wrap_out(func(*new, **kwargs), meta, mesh, out_pl, coord)
+
+
+@ShardedTensor.implements(aten.mm.default)
+def mm(func, types, args, kwargs):
+    """``a @ b`` on shards (see the table in the module docstring)."""
+    return _product(_MM, func, args, kwargs, 0)
+
+
+@ShardedTensor.implements(aten.addmm.default)
+def addmm(func, types, args, kwargs):
+    """``beta * bias + alpha * (a @ b)``; the bias follows the product's placements."""
+    return _product(_MM, func, args, kwargs, 1)
+
+
+@ShardedTensor.implements(aten.bmm.default)
+def bmm(func, types, args, kwargs):
+    """Batched ``a @ b``; a shared batch shard stays sharded."""
+    return _product(_BMM, func, args, kwargs, 0)

@@ -1,0 +1,176 @@
+"""Pointwise ops (every aten op tagged ``pointwise``, in-place ones too) and like-factories.
+
+Rule, per mesh dim:
+
+- an operand sharded on a dim of the output that it does not broadcast decides: the output
+  is sharded there and every other operand is brought to the matching shard (a replicated
+  one is chunked locally, for free);
+- else Partial operands stay Partial where the op is linear in them: ``add``/``sub`` of
+  operands Partial alike (a replicated one joins as a zero-masked operand under
+  ``Partial('sum')``, unchanged under ``Partial('avg')``), ``mul``/``div``/``neg`` with one
+  Partial operand and replicated factors;
+- everything else is reduced to Replicate first.
+
+Plain tensor operands count as replicated (DTensor calls this implicit replication).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ... import aliasing
+from .. import _compat
+from ..placements import Partial, Replicate, Shard
+from ..tensor import ShardedTensor
+from ._common import aligned, aten, global_meta, move, move_plain, spec_of, unsupported, wrap_out
+
+__all__ = ["pointwise", "like_factory", "rule_for"]
+
+_ADDITIVE = {aten.add.Tensor, aten.sub.Tensor, aten.add_.Tensor, aten.sub_.Tensor}
+_SCALING = {
+    aten.mul.Tensor, aten.mul_.Tensor, aten.mul.Scalar, aten.mul_.Scalar,
+    aten.div.Tensor, aten.div_.Tensor, aten.div.Scalar, aten.div_.Scalar,
+    aten.neg.default, aten.neg_.default,
+}
+_LINEAR_PARTIAL = ("sum", "avg")
+
+
+def _operands(args, kwargs):
+    """(where, tensor) for every tensor operand; where = index or kwarg name."""
+    out = [(i, a) for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    out += [(k, v) for k, v in kwargs.items() if isinstance(v, torch.Tensor)]
+    return out
+
+
+def _broadcasts(x_shape, d, out_shape, od) -> bool:
+    return x_shape[d] == 1 and out_shape[od] != 1
+
+
+def _partial_kind(func, i, ops, has_scalars) -> Partial | None:
+    """The Partial the output may keep on mesh dim ``i``, or None (reduce to Replicate)."""
+    partial = [x._kit_ctx.placements[i] for _, x in ops if type(x) is ShardedTensor and type(x._kit_ctx.placements[i]) is Partial]
+    if not partial:
+        return None
+    p = partial[0]
+    if p.op not in _LINEAR_PARTIAL or any(q != p for q in partial):
+        return None
+    if func in _ADDITIVE:
+        plain = any(type(x) is not ShardedTensor and x.dim() > 0 for _, x in ops)
+        if p.op == "sum" and (has_scalars or plain):
+            return None  # a constant would be added once per rank
+        return p
+    if func in _SCALING:
+        if len(partial) != 1:
+            return None  # a product of two sums is not the sum of products
+        first = ops[0][1]
+        if func.overloadpacket in (aten.div, aten.div_) and not (
+            type(first) is ShardedTensor and type(first._kit_ctx.placements[i]) is Partial
+        ):
+            return None  # 1 / sum is not the sum of 1 / operands
+        return p
+    return None
+
+
+def _choose(func, mesh, ops, out_shape, has_scalars) -> tuple:
+    out_nd = len(out_shape)
+    taken: set = set()
+    out = []
+    for i in range(mesh.ndim):
+        pick = None
+        for _, x in ops:
+            if type(x) is not ShardedTensor:
+                continue
+            p = x._kit_ctx.placements[i]
+            if type(p) is Shard:
+                od = p.dim + out_nd - x.dim()
+                if od not in taken and not _broadcasts(x.shape, p.dim, out_shape, od):
+                    pick = Shard(od)
+                    break
+        if pick is None:
+            pick = _partial_kind(func, i, ops, has_scalars) or Replicate()
+        if type(pick) is Shard:
+            taken.add(pick.dim)
+        out.append(pick)
+    return tuple(out)
+
+
+def _target(x, out_shape, out_pl, additive: bool) -> tuple:
+    t = aligned(tuple(x.shape), out_shape, out_pl)
+    if type(x) is not ShardedTensor:
+        # A plain operand is replicated: a factor of a Partial product, or a term of a
+        # Partial('avg') sum (a Partial('sum') add with a plain term is reduced first).
+        return tuple(Replicate() if type(p) is Partial else p for p in t)
+    cur = x._kit_ctx.placements
+    res = []
+    for p, c in zip(t, cur):
+        if type(p) is Partial:
+            # Keep the operand's own Partial; a replicated operand of an add under 'sum'
+            # becomes a zero-masked operand, a replicated factor of a product stays as is.
+            res.append(c if type(c) is Partial else (p if p.op == "sum" and additive else Replicate()))
+        else:
+            res.append(p)
+    return tuple(res)
+
+
+def pointwise(func, types, args, kwargs):
+    """Run a pointwise op on the local shards (see the module docstring for the rule)."""
+    mesh, coord = spec_of(func, args, kwargs)
+    ops = _operands(args, kwargs)
+    has_scalars = any(isinstance(a, (int, float, bool, complex)) and not isinstance(a, torch.Tensor) for a in args[1:])
+    meta = global_meta(func, args, kwargs)
+    m0 = meta[0] if isinstance(meta, tuple) else meta
+    written = aliasing.written_args(func)
+    if written:
+        self_ = args[0]
+        if type(self_) is not ShardedTensor:
+            unsupported(func, args, kwargs, "the tensor written in place is a plain tensor;")
+        out_pl = self_._kit_ctx.placements
+        for i, p in enumerate(out_pl):
+            if type(p) is Partial and _partial_kind(func, i, ops, has_scalars) != p:
+                unsupported(func, args, kwargs, f"it is not linear in the Partial operand {p!r} it would update in place;")
+    else:
+        out_pl = _choose(func, mesh, ops, m0.shape, has_scalars)
+    additive = func in _ADDITIVE
+    new_args = list(args)
+    new_kwargs = dict(kwargs)
+    for where, x in ops:
+        if x.dim() == 0 and type(x) is not ShardedTensor:
+            continue
+        target = _target(x, m0.shape, out_pl, additive)
+        local = move(x, target) if type(x) is ShardedTensor else move_plain(x, mesh, coord, target)
+        if written and where == 0 and local is not x.local:
+            unsupported(func, args, kwargs, "the tensor written in place would have to change placements;")
+        if isinstance(where, int):
+            new_args[where] = local
+        else:
+            new_kwargs[where] = local
+    res = func(*new_args, **new_kwargs)
+    if written:
+        return args[0]
+    if isinstance(meta, tuple):
+        return tuple(wrap_out(r, m, mesh, out_pl, coord) for r, m in zip(res, meta))
+    return wrap_out(res, meta, mesh, out_pl, coord)
+
+
+def like_factory(func, types, args, kwargs):
+    """``zeros_like``/``ones_like``/``empty_like``/``full_like``/``rand_like``: same layout,
+    but never Partial (a fresh value is the whole value on every rank)."""
+    x = args[0]
+    c = x._kit_ctx
+    pl = tuple(Replicate() if type(p) is Partial else p for p in c.placements)
+    meta = global_meta(func, args, kwargs)
+    return wrap_out(func(x.local, *args[1:], **kwargs), meta, c.mesh, pl, c.coord)
+
+
+def rule_for(func):
+    """The rule for an op found by tag (pointwise), or None."""
+    if _compat.POINTWISE_TAG in func.tags and not any(a.kwarg_only and a.name == "out" for a in func._schema.arguments):
+        return pointwise
+    return None
+
+
+ShardedTensor.implements(
+    aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default,
+    aten.full_like.default, aten.rand_like.default, aten.randn_like.default,
+)(like_factory)
+ShardedTensor.implements(aten._to_copy.default, aten.fill_.Scalar, aten.copy_.default)(pointwise)

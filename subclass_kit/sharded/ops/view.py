@@ -1,0 +1,161 @@
+"""View ops: the shard moves with the dim it is on, or the view replicates that mesh dim.
+
+- ``t``/``transpose``/``permute``: the shard follows its dim.
+- ``unsqueeze``/``squeeze``: the shard shifts past the inserted/removed dims.
+- ``view``/``_unsafe_view`` (what ``reshape``/``flatten`` end in): a sharded dim survives
+  when the output has a dim of the same size at the same element offset (the product of the
+  sizes before it), e.g. ``(B, S, H)`` sharded on ``H`` viewed as ``(B*S, H)``; a sharded dim
+  that is merged or split is gathered first (its chunks would not be contiguous).
+- ``expand``: the shard follows its dim; a sharded size-1 dim being broadcast is gathered.
+- ``slice``/``select``/``split``/``split_with_sizes``/``unbind`` along an unsharded dim act
+  locally; along a sharded dim they gather it first.
+
+Partial placements pass through every view unchanged (views are linear).
+"""
+
+from __future__ import annotations
+
+from ... import aliasing
+from ..placements import Replicate, Shard
+from ..tensor import ShardedTensor
+from ._common import aten, global_meta, move, wrap_out
+
+__all__ = ["permute_like", "reshape_like", "expand", "along_dim"]
+
+
+def _release(x, dims) -> tuple:
+    """``x``'s local with mesh dims sharding any of ``dims`` gathered; and its placements."""
+    pl = x._kit_ctx.placements
+    target = tuple(Replicate() if type(p) is Shard and p.dim in dims else p for p in pl)
+    return move(x, target), target
+
+
+def _finish(func, args, kwargs, local, meta, pl):
+    c = args[0]._kit_ctx
+    if isinstance(meta, (list, tuple)):
+        out = type(meta)(wrap_out(r, m, c.mesh, pl, c.coord) for r, m in zip(local, meta))
+        out = list(out) if isinstance(local, list) else out
+    else:
+        out = wrap_out(local, meta, c.mesh, pl, c.coord)
+    return aliasing.correct_aliasing(func, args, kwargs, out)
+
+
+def _shift(pl, fn) -> tuple:
+    return tuple(Shard(fn(p.dim)) if type(p) is Shard else p for p in pl)
+
+
+@ShardedTensor.implements(aten.t.default, aten.transpose.int, aten.permute.default)
+def permute_like(func, types, args, kwargs):
+    """The shard follows its dim through a permutation."""
+    x = args[0]
+    nd = x.dim()
+    if func is aten.permute.default:
+        perm = [d % nd for d in (args[1] if len(args) > 1 else kwargs["dims"])]
+    else:
+        perm = list(range(nd))
+        if nd == 2 or func is aten.transpose.int:
+            d0, d1 = (0, 1) if func is aten.t.default else (args[1] % nd, args[2] % nd)
+            perm[d0], perm[d1] = perm[d1], perm[d0]
+    meta = global_meta(func, args, kwargs)
+    pl = _shift(x._kit_ctx.placements, perm.index)
+    return _finish(func, args, kwargs, func(x.local, *args[1:], **kwargs), meta, pl)
+
+
+@ShardedTensor.implements(aten.unsqueeze.default)
+def unsqueeze(func, types, args, kwargs):
+    x, dim = args[0], args[1] % (args[0].dim() + 1)
+    meta = global_meta(func, args, kwargs)
+    pl = _shift(x._kit_ctx.placements, lambda d: d + (d >= dim))
+    return _finish(func, args, kwargs, func(x.local, dim), meta, pl)
+
+
+@ShardedTensor.implements(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
+def squeeze(func, types, args, kwargs):
+    x = args[0]
+    nd = x.dim()
+    if func is aten.squeeze.default:
+        cand = range(nd)
+    elif func is aten.squeeze.dim:
+        cand = [args[1] % nd] if nd else []
+    else:
+        cand = [d % nd for d in args[1]] if nd else []
+    gone = sorted(d for d in cand if x.shape[d] == 1)
+    local, pl = _release(x, set(gone))
+    meta = global_meta(func, args, kwargs)
+    pl = _shift(pl, lambda d: d - sum(g < d for g in gone))
+    return _finish(func, args, kwargs, aten.squeeze.dims(local, gone), meta, pl)
+
+
+def _view_target(in_shape, out_shape, d):
+    before = 1
+    for s in in_shape[:d]:
+        before = before * s
+    acc = 1
+    for e, s in enumerate(out_shape):
+        if acc == before and s == in_shape[d]:
+            return e
+        acc = acc * s
+    return None
+
+
+@ShardedTensor.implements(aten.view.default, aten._unsafe_view.default)
+def reshape_like(func, types, args, kwargs):
+    """A shard survives a view when its dim keeps its size and element offset."""
+    x = args[0]
+    meta = global_meta(func, args, kwargs)
+    out_shape = meta.shape
+    moves = {}
+    lost = set()
+    for p in x._kit_ctx.placements:
+        if type(p) is Shard:
+            e = _view_target(tuple(x.shape), out_shape, p.dim)
+            if e is None:
+                lost.add(p.dim)
+            else:
+                moves[p.dim] = e
+    local, pl = _release(x, lost)
+    size = list(out_shape)
+    for d, e in moves.items():
+        size[e] = local.size(d)
+    pl = _shift(pl, moves.__getitem__)
+    return _finish(func, args, kwargs, func(local, size), meta, pl)
+
+
+@ShardedTensor.implements(aten.expand.default)
+def expand(func, types, args, kwargs):
+    """The shard follows its dim; a broadcast sharded dim is gathered first."""
+    x = args[0]
+    meta = global_meta(func, args, kwargs)
+    lead = len(meta.shape) - x.dim()
+    bad = {p.dim for p in x._kit_ctx.placements if type(p) is Shard and x.shape[p.dim] == 1 and meta.shape[p.dim + lead] != 1}
+    local, pl = _release(x, bad)
+    size = list(meta.shape)
+    for p in pl:
+        if type(p) is Shard:
+            size[p.dim + lead] = local.size(p.dim)
+    pl = _shift(pl, lambda d: d + lead)
+    return _finish(func, args, kwargs, func(local, size, *args[2:], **kwargs), meta, pl)
+
+
+_DIM_ARG = {
+    aten.slice.Tensor: 1,
+    aten.select.int: 1,
+    aten.split.Tensor: 2,
+    aten.split_with_sizes.default: 2,
+    aten.unbind.int: 1,
+}
+_DROPS_DIM = {aten.select.int, aten.unbind.int}
+
+
+@ShardedTensor.implements(*_DIM_ARG)
+def along_dim(func, types, args, kwargs):
+    """Indexing along one dim: local when it is not sharded, else after gathering it."""
+    x = args[0]
+    i = _DIM_ARG[func]
+    dim = args[i] if len(args) > i else kwargs.get("dim", 0)
+    dim = dim % x.dim()
+    local, pl = _release(x, {dim})
+    meta = global_meta(func, args, kwargs)
+    if func in _DROPS_DIM:
+        pl = _shift(pl, lambda d: d - (d > dim))
+    return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, pl)

@@ -1,0 +1,218 @@
+"""``ShardedTensor``: a DTensor-like global tensor held as one local shard per rank."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..base import WrapperTensor
+from ..construct import construct, from_parts
+from ..ctx import SubclassCtx
+from ..fields import inner, meta
+from .layout import local_shape
+from .mesh import MeshRef, mesh_ref
+from .placements import Partial, Replicate, Shard, normalize_placements, render
+
+__all__ = ["ShardedTensor", "wrap"]
+
+
+class ShardedTensor(WrapperTensor):
+    """A global tensor laid out over a DeviceMesh: this rank holds ``local``.
+
+    The outer tensor has the global shape, stride and dtype; ``placements`` (one per mesh
+    dim: ``Shard(d)``, ``Replicate()``, ``Partial(op)``) say how ``local`` relates to it, and
+    ``__inner_shapes__`` states the local shape as arithmetic of the global one (torch.chunk
+    sizes, ``ceil(n / k)`` on the first rank), so ``symbolic.relations`` ties them under
+    dynamic shapes. Ops run on the local shards with sharding propagation (see
+    ``subclass_kit.sharded.ops``); ops without a rule raise ``UnsupportedOpError``.
+
+    Exercises: meta fields that are frozen value objects (a mesh descriptor, placements), an
+    inner shape that depends on meta values, a per-rank ctx (``coord``), collectives inside
+    ``__torch_dispatch__`` (traced into compiled graphs), tangent coercion (a Partial
+    output's tangent arrives Replicate), and an op table organized by op family.
+
+    Make instances with :meth:`from_local` or :func:`distribute`; direct construction
+    ``ShardedTensor(local, mesh, placements, size=...)`` is the validated, non-differentiable
+    equivalent.
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit.sharded import ShardedTensor, Shard, MeshRef
+        >>> x = ShardedTensor.from_local(torch.arange(6.).reshape(3, 2), MeshRef.local(), [Shard(0)])
+        >>> x.shape, x.placements, (x * 2).to_local().sum().item()
+        (torch.Size([3, 2]), (Shard(0),), 30.0)
+    """
+
+    local: torch.Tensor = inner(doc="this rank's shard")
+    mesh: MeshRef = meta(doc="the device mesh (a MeshRef; .device_mesh is torch's DeviceMesh)")
+    placements: tuple = meta(doc="one Shard/Replicate/Partial per mesh dim")
+    coord: tuple = meta(doc="this rank's coordinate on the mesh")
+
+    def __new__(cls, local, mesh, placements, coord=None, *, size=None, stride=None, requires_grad=None):
+        ref = mesh_ref(mesh)
+        ndim = local.dim() if size is None else len(size)
+        pl = normalize_placements(placements, ref.ndim, ndim, what=cls.__name__)
+        coord = ref.coordinate() if coord is None else tuple(coord)
+        kwargs: dict[str, Any] = {"requires_grad": requires_grad}
+        if size is not None:
+            kwargs["size"] = size
+            kwargs["stride"] = stride
+        return construct(cls, (local, ref, pl, coord), kwargs)
+
+    @classmethod
+    def __inner_shapes__(cls, outer_size, ctx):
+        return {"local": local_shape(outer_size, ctx.placements, ctx.mesh.shape, ctx.coord)}
+
+    # ---- conversions (see convert.py) -------------------------------------------------
+    @classmethod
+    def from_local(cls, local, mesh, placements, *, shape=None, stride=None, run_check=False) -> "ShardedTensor":
+        """Make a ShardedTensor from this rank's shard (differentiable; no communication).
+
+        Args:
+            local: this rank's shard.
+            mesh: a torch ``DeviceMesh`` (or a ``MeshRef``).
+            placements: one ``Shard(d)``/``Replicate()``/``Partial(op)`` per mesh dim.
+            shape, stride: the global shape and stride; by default every shard is assumed to
+                have ``local``'s shape (even sharding). Pass ``shape`` for uneven shards.
+            run_check: check with collectives that the shards fit together (shapes agree,
+                replicas are equal); eager only.
+
+        Raises:
+            PlacementError, ShardShapeError: placements or shapes that do not fit.
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.sharded import ShardedTensor, Replicate, MeshRef
+            >>> ShardedTensor.from_local(torch.ones(2), MeshRef.local(), [Replicate()]).shape
+            torch.Size([2])
+        """
+        from .convert import from_local
+
+        return from_local(local, mesh, placements, shape=shape, stride=stride, run_check=run_check)
+
+    def to_local(self, *, grad_placements=None) -> torch.Tensor:
+        """This rank's shard as a plain tensor (differentiable; a view, no communication).
+
+        The gradient flowing back arrives with ``grad_placements`` (default: this tensor's).
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.sharded import distribute, Shard, MeshRef
+            >>> distribute(torch.ones(4, 2), MeshRef.local(), [Shard(0)]).to_local().shape
+            torch.Size([4, 2])
+        """
+        from .convert import to_local
+
+        return to_local(self, grad_placements)
+
+    def redistribute(self, mesh=None, placements=None) -> "ShardedTensor":
+        """The same global tensor with other placements (differentiable; collectives as needed).
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.sharded import distribute, Shard, Replicate, MeshRef
+            >>> x = distribute(torch.ones(4, 2), MeshRef.local(), [Shard(0)])
+            >>> x.redistribute(x.mesh, [Replicate()]).placements
+            (Replicate(),)
+        """
+        from .convert import redistribute
+
+        return redistribute(self, mesh, placements)
+
+    def full_tensor(self) -> torch.Tensor:
+        """The whole global tensor on every rank, as a plain tensor (differentiable).
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.sharded import distribute, Shard, MeshRef
+            >>> distribute(torch.arange(4.), MeshRef.local(), [Shard(0)]).full_tensor()
+            tensor([0., 1., 2., 3.])
+        """
+        from .convert import redistribute, to_local
+
+        full = redistribute(self, None, (Replicate(),) * self.mesh.ndim)
+        return to_local(full, None)
+
+    def to_plain(self) -> torch.Tensor:
+        """The dense global tensor (``full_tensor()``; a collective on a multi-rank mesh)."""
+        return self.full_tensor()
+
+    @property
+    def device_mesh(self):
+        """torch's ``DeviceMesh`` for this tensor's mesh."""
+        return self.mesh.device_mesh()
+
+    # ---- tangents ------------------------------------------------------------------------
+    def __coerce_tangent_metadata__(self):
+        # A gradient is never a pending sum: AOTAutograd traces the tangent of a Partial
+        # output as Replicate, and the runtime tangent is brought to it below.
+        if not any(type(p) is Partial for p in self.placements):
+            return self
+        dst = tuple(Replicate() if type(p) is Partial else p for p in self.placements)
+        return relayout(self, dst)
+
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        if expected_type is not None and expected_type is not type(self):
+            return super().__coerce_same_metadata_as_tangent__(expected_metadata, expected_type)
+        ctx = self._kit_ctx
+        if expected_metadata == ctx:
+            return self
+        try:
+            same = (expected_metadata.mesh, expected_metadata.coord, expected_metadata.dtype) == (
+                ctx.mesh, ctx.coord, ctx.dtype)
+        except AttributeError:
+            return None
+        return relayout(self, expected_metadata.placements) if same else None
+
+    @classmethod
+    def __samples__(cls):
+        """Instances on a one-rank mesh that needs no process group."""
+        g = torch.Generator().manual_seed(3)
+        m = MeshRef.local()
+        a = torch.randn(8, 4, generator=g)
+        return [
+            cls.from_local(a, m, [Shard(0)]),
+            cls.from_local(a * 2, m, [Replicate()]),  # same shape, another ctx
+            cls.from_local(torch.randn(6, 5, generator=g), m, [Shard(1)]),
+        ]
+
+
+_CTXS: dict = {}
+_QUAL = ShardedTensor.__kit_spec__.qualname
+_NAMES = ShardedTensor.__kit_spec__.meta_names
+_PRESENT = ("local",)
+
+
+def _ctx(mesh, placements, coord, dtype) -> SubclassCtx:
+    key = (mesh, placements, coord, dtype)
+    c = _CTXS.get(key)
+    if c is None:
+        c = _CTXS[key] = SubclassCtx.make(_QUAL, _NAMES, (mesh, placements, coord), dtype, _PRESENT)
+    return c
+
+
+def wrap(local, mesh, placements, coord, shape, stride, dtype=None, offset=0, requires_grad=False) -> ShardedTensor:
+    """Trusted construction (no checks): the dispatch and conversion paths use it."""
+    dtype = local.dtype if dtype is None else dtype
+    return from_parts(
+        ShardedTensor, (local,), _ctx(mesh, placements, coord, dtype), shape, stride, offset, dtype,
+        local.device, requires_grad,
+    )
+
+
+def relayout(x: ShardedTensor, placements: tuple) -> ShardedTensor:
+    """``x`` under other (normalized) placements, below autograd (no graph recorded)."""
+    from .redistribute import redistribute_local
+
+    ctx = x._kit_ctx
+    local = redistribute_local(x.local, ctx.mesh, ctx.coord, ctx.placements, tuple(placements), x.shape)
+    return wrap(local, ctx.mesh, tuple(placements), ctx.coord, x.shape, x.stride(), x.dtype)
+
+
+def describe(x: ShardedTensor) -> str:
+    """``ShardedTensor(global (8, 4), local (4, 4), placements (Shard(0),))`` for messages."""
+    return (
+        f"ShardedTensor(global {tuple(x.shape)}, local {tuple(x.local.shape)}, placements "
+        f"{render(x.placements)})"
+    )
