@@ -15,14 +15,7 @@ _EXTRA = ("symbolic.arith", "symbolic.sources")
 
 # Docstrings whose examples currently fail because of a base-class bug
 # (/work/notes/requests-basetests.md); remove an entry when it is fixed (strict xfail says so).
-_KNOWN = {
-    "subclass_kit.aliasing.correct_aliasing": "base bug: data_ptr() of a wrapper's storage raises",
-    "subclass_kit.base.WrapperTensor.implements": "base bug: example builds ScaledTensor without dtype (int8 result)",
-    "subclass_kit.base.WrapperTensor.implements_torch_function": "base bug: field name `values` shadows torch.Tensor.values",
-    "subclass_kit.fields.meta": "base bug: field name `values` shadows torch.Tensor.values",
-    "subclass_kit.fallbacks.to_plain": "base bug: implements' example leaves its handler in the dispatch cache",
-    "subclass_kit.pytree.using": "base bug: python pytree treats None as a leaf",
-}
+_KNOWN: dict = {}
 
 
 def _module_names():

@@ -179,7 +179,7 @@ def test_class_without_inner_tensor_is_refused():
     )
     assert_expected_inline(
         msg,
-        """OnlyMeta declares no inner tensor. A wrapper subclass holds at least one tensor: add e.g. `values: torch.Tensor = inner()` (the first one is the primary), or declare an intermediate base with `class OnlyMeta(WrapperTensor, abstract=True)`.""",
+        """OnlyMeta declares no inner tensor. A wrapper subclass holds at least one tensor: add e.g. `payload: torch.Tensor = inner()` (the first one is the primary), or declare an intermediate base with `class OnlyMeta(WrapperTensor, abstract=True)`.""",
     )
 
 
@@ -317,7 +317,6 @@ def test_abstract_local_class_does_not_warn_and_module_level_classes_never_do():
     assert ns["TopLevel"].__qualname__ == "TopLevel"
 
 
-@pytest.mark.xfail(reason="base bug: suggested field name (`data`, now `values`) shadows a torch.Tensor attribute", strict=True)
 def test_fix_suggested_for_a_class_without_inner_tensor_is_itself_valid():
     # The message's example declaration must be accepted when the author copies it.
     msg = _declaration_error(

@@ -63,6 +63,21 @@ def _round_trip(t, size=None, stride=None):
     return u
 
 
+class Labeled(WrapperTensor):
+    left: torch.Tensor = inner()
+    label: str = meta(default="x")
+    __fallback__ = fallbacks.map_inner
+
+
+class Relabeling(Labeled):
+    """Accepts tangents with another label by re-labelling them (the documented override)."""
+
+    def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
+        if expected_type not in (None, type(self)):
+            return None
+        return type(self).__tensor_unflatten__({"left": self.left}, expected_metadata, self.shape, self.stride())
+
+
 # ---- round trips -----------------------------------------------------------------------------
 
 
@@ -321,3 +336,19 @@ def test_coerce_tangent_hooks():
     plain = x.__coerce_same_metadata_as_tangent__(None, torch.Tensor)
     assert type(plain) is torch.Tensor and torch.equal(plain, x.to_plain())
     assert x.__coerce_same_metadata_as_tangent__(ctx, ScaledTensor) is None
+
+
+@pytest.mark.parametrize("cls", [Labeled, Relabeling])
+def test_coerce_same_metadata_as_tangent_is_used_by_compiled_backward_and_overridable(cls):
+    x = cls(torch.ones(3), requires_grad=True)
+    compiled, _ = compile_counted(lambda x: x * 2, "aot_eager")
+    out = compiled(x)
+    tangent = cls(torch.full((3,), 0.5), label="other")  # traced with label "x"
+    if cls is Labeled:
+        # The default refuses another ctx; torch reports it and names the hook to implement.
+        with pytest.raises(RuntimeError, match="__coerce_same_metadata_as_tangent__"):
+            out.backward(tangent)
+    else:
+        out.backward(tangent)
+        assert type(x.grad) is cls and x.grad.label == "x"
+        assert torch.equal(x.grad.left, torch.ones(3))

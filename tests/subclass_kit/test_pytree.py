@@ -1,7 +1,8 @@
 """The pytree facade, every test run on both implementations (optree and torch's Python pytree).
 
-The facade promises the two agree on lists, tuples, dicts, namedtuples and None, and that
-tensors (wrapped or not) are leaves.
+Both follow torch's pytree semantics, so switching never changes meaning: None is a leaf,
+dicts keep insertion order, torch's node types (torch.Size) are nodes, and tensors (wrapped or
+not) are leaves.
 """
 
 from __future__ import annotations
@@ -15,11 +16,6 @@ from subclass_kit import pytree
 from subclass_kit.examples import BlockScaled, TwoTensor
 
 NT = collections.namedtuple("NT", "x y")
-
-_PY_DISAGREES = pytest.mark.xfail(
-    reason="base bug: python pytree treats None as a leaf and keeps dict insertion order", strict=True
-)
-
 
 @pytest.fixture(params=["optree", "python"])
 def impl(request):
@@ -82,20 +78,43 @@ def test_flatten_of_blockscaled_keeps_it_whole(impl):
     assert pytree.tree_leaves([x]) == [x]
 
 
-@pytest.mark.parametrize("impl_name", ["optree", pytest.param("python", marks=_PY_DISAGREES)])
-def test_none_is_not_a_leaf(impl_name):
-    with pytree.using(impl_name):
-        assert pytree.tree_leaves([1, None, (None, 2)]) == [1, 2]
-        assert pytree.tree_map(lambda v: v * 10, [1, None]) == [10, None]
+def test_none_is_a_leaf_as_in_torch(impl):
+    assert pytree.tree_leaves([1, None, (None, 2)]) == [1, None, None, 2]
+    assert pytree.tree_map(lambda v: "N" if v is None else v * 10, [1, None]) == [10, "N"]
+    leaves, spec = pytree.tree_flatten({"k": None})
+    assert leaves == [None] and pytree.tree_unflatten(["x"], spec) == {"k": "x"}
 
 
-@pytest.mark.parametrize("impl_name", ["optree", pytest.param("python", marks=_PY_DISAGREES)])
-def test_dict_leaves_in_the_same_order_in_both_implementations(impl_name):
-    tree = {"b": 1, "a": (2, None)}
-    with pytree.using("optree"):
-        reference = pytree.tree_leaves(tree)
-    with pytree.using(impl_name):
-        assert pytree.tree_leaves(tree) == reference == [2, 1]
+def test_dicts_keep_insertion_order(impl):
+    tree = {"b": 1, "a": (2, 3)}
+    assert pytree.tree_leaves(tree) == [1, 2, 3]
+    assert list(pytree.tree_map(lambda v: v, tree)) == ["b", "a"]
+
+
+_TREES = [
+    [1, None, (2, {"z": 3, "y": None})],
+    {"b": NT(x=1, y=[2, None]), "a": ()},
+    (torch.Size([2, 3]), [4]),
+    {"t": torch.ones(1), "n": None},
+]
+
+
+@pytest.mark.parametrize("tree", _TREES, ids=["nested-none", "namedtuple-dict", "size", "tensor"])
+def test_both_implementations_agree_with_torch_pytree(tree):
+    import torch.utils._pytree as torch_pytree
+
+    expected = torch_pytree.tree_leaves(tree)
+    for name in ("optree", "python"):
+        with pytree.using(name):
+            leaves, spec = pytree.tree_flatten(tree)
+            assert len(leaves) == len(expected) and all(a is b or a == b for a, b in zip(leaves, expected)), name
+            assert pytree.tree_leaves(tree) == leaves
+            rebuilt = pytree.tree_unflatten(leaves, spec)
+            # Same structure back (torch.Size comes back as a tuple in torch's pytree too).
+            assert torch_pytree.tree_structure(rebuilt) == torch_pytree.tree_structure(
+                torch_pytree.tree_unflatten(expected, torch_pytree.tree_structure(tree))
+            ), name
+            assert pytree.tree_leaves(rebuilt) == leaves
 
 
 def test_use_rejects_unknown_and_using_restores_on_error():
