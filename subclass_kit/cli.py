@@ -195,27 +195,27 @@ def _cmd_check(args) -> int:
         if not args.quiet or row.status == "fail":
             print(format_row(row), flush=True)
 
-    reports = []
-    t0 = time.perf_counter()
     group = _SingleRankGroup() if needs_group else None
     if group is not None:
         group.__enter__()
     try:
+        subjects = []
         for label, obj in targets:
             try:
-                subjects = resolve(obj)
+                subjects += resolve(obj)
             except Exception as e:
                 raise UsageError(f"{label}: cannot make samples: {type(e).__name__}: {_one_line(e)}") from None
-            reports += check_subjects(
-                subjects,
-                backends=backends,
-                dynamic=not args.no_dynamic,
-                backward=not args.no_backward,
-                export=not args.no_export,
-                serialization=not args.no_serialization,
-                only=args.only,
-                on_row=on_row,
-            )
+        t0 = time.perf_counter()
+        reports = check_subjects(
+            subjects,
+            backends=backends,
+            dynamic=not args.no_dynamic,
+            backward=not args.no_backward,
+            export=not args.no_export,
+            serialization=not args.no_serialization,
+            only=args.only,
+            on_row=on_row,
+        )
     finally:
         if group is not None:
             group.__exit__(None, None, None)

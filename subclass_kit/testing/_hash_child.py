@@ -1,5 +1,5 @@
-"""Child process of the stable-hash check: read pickled samples on stdin, print their
-hashes as JSON. Run as ``python -m subclass_kit.testing._hash_child``."""
+"""Child process of the stable-hash check: read pickled samples (a list per subject) on
+stdin, print their hashes as JSON (the same nesting). Run as ``python -m subclass_kit.testing._hash_child``."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ def main() -> int:
     from subclass_kit.testing._hashing import decode, stable_hash
 
     out = []
-    for d in payload:
-        try:
-            out.append({"hash": stable_hash(decode(d))})
-        except Exception as e:  # reported by the parent, row by row
-            out.append({"error": f"{type(e).__name__}: {e}"})
+    for subject in payload:
+        rows = []
+        for d in subject:
+            try:
+                rows.append({"hash": stable_hash(decode(d))})
+            except Exception as e:  # reported by the parent, row by row
+                rows.append({"error": f"{type(e).__name__}: {e}"})
+        out.append(rows)
     sys.stdout.write(json.dumps(out))
     return 0
 

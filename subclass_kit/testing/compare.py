@@ -24,11 +24,13 @@ def tolerances(dtype: torch.dtype) -> dict:
     return {"rtol": 0, "atol": 0}
 
 
-def _values(a: torch.Tensor, e: torch.Tensor, path: str):
+def _values(a: torch.Tensor, e: torch.Tensor, path: str, values: bool = True):
     if a.shape != e.shape:
         return f"{path}: shape {tuple(a.shape)}, expected {tuple(e.shape)}"
     if a.dtype != e.dtype:
         return f"{path}: dtype {a.dtype}, expected {e.dtype}"
+    if not values:
+        return None
     if a.device.type == "meta" or e.device.type == "meta" or _compat.is_fake(a) or _compat.is_fake(e):
         return None
     try:
@@ -113,13 +115,16 @@ def densify(v):
     return v
 
 
-def dense_difference(actual, expected_dense, path: str = "output"):
-    """First difference between a (possibly wrapped) result and a dense reference, or None."""
+def dense_difference(actual, expected_dense, path: str = "output", *, values: bool = True):
+    """First difference between a (possibly wrapped) result and a dense reference, or None
+    (``values=False``: shapes and dtypes only, for random or uninitialized results)."""
     a = densify(actual)
     if isinstance(a, torch.Tensor) and _compat.is_traceable_wrapper_subclass(a) and not has_to_plain(type(a)):
         return None
     if isinstance(a, torch.Tensor) and isinstance(expected_dense, torch.Tensor):
         if type(a) is not torch.Tensor and _compat.is_traceable_wrapper_subclass(a):
             return f"{path}: to_plain() returned a {type(a).__name__}, expected a plain tensor"
-        return _values(a.detach(), expected_dense.detach(), path)
+        return _values(a.detach(), expected_dense.detach(), path, values)
+    if not values:
+        return None
     return difference(a, expected_dense, path)

@@ -44,6 +44,23 @@ def composite(cases):
     return fn
 
 
+_GUARD_PREFERRED = (
+    "aten.mul.Tensor(x, 2.0)",
+    "aten.slice.Tensor(x, 0, 0, n//2)",
+    "aten.add.Tensor(x, x)",
+    "aten.detach.default(x)",
+)
+
+
+def guard_cases(cases, limit: int = 4) -> list:
+    """A few representative ops for the guard checks (sweep, meta change): what they test
+    is the input's guards, which any op shows; fewer ops compile faster."""
+    by_label = {c.label: c for c in cases}
+    picked = [by_label[k] for k in _GUARD_PREFERRED if k in by_label]
+    rest = [c for c in cases if c not in picked]
+    return (picked + rest)[:limit]
+
+
 _USER_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)\n\s*(.+)')
 
 
@@ -137,18 +154,33 @@ def explain_error(e: BaseException, *, backend: str, where: str, replay=None) ->
     )
 
 
-def explain_difference(run, case, d: str, backend: str) -> tuple:
+def _as_strided_probe(case, x) -> str:
+    """What ``aten.as_strided`` on the wrapped input gives for the view's geometry: how
+    AOTAutograd regenerates a compiled output that aliases an input. '' if it is right."""
+    try:
+        view = case.call(x)
+        got = torch.ops.aten.as_strided.default(x, view.shape, view.stride(), view.storage_offset())
+    except Exception as e:
+        return f"aten.as_strided on it raises {type(e).__name__}"
+    d = difference(got, view, "as_strided")
+    return d or ""
+
+
+def explain_difference(run, case, d: str, backend: str, x=None) -> tuple:
     """``(what, fix)`` for a compiled result that differs from eager by ``d``."""
     label = f"{case.label}: " if case is not None else ""
-    if case is not None and case.kind == VIEW and f"got a Tensor, expected a {run.name}" in d:
-        return (
-            f"{label}compiled with backend={backend!r}, this view of the input comes back as a plain "
-            f"Tensor instead of a {run.name} ({d}). AOTAutograd regenerates outputs that alias an "
-            f"input by calling aten.as_strided on the wrapped input, and {run.name} computes "
-            "as_strided on a dense copy",
-            f"handle aten.as_strided.default in {run.name} at least when it asks for the input's own "
-            "size, stride and storage_offset (return an alias, as detach does)",
-        )
+    if case is not None and case.kind == VIEW and x is not None:
+        probe = _as_strided_probe(case, x)
+        if probe:
+            return (
+                f"{label}compiled with backend={backend!r}, this view of the input comes back wrong "
+                f"({d}). AOTAutograd regenerates a compiled output that aliases an input from the "
+                f"input itself, with aten.as_strided(x, size, stride, storage_offset), and on a "
+                f"{run.name} that gives {probe.split(': ', 1)[-1]}",
+                f"handle aten.as_strided.default in {run.name} so that it returns the same type and "
+                "ctx as the view would (at least for the input's own geometry, where it is an "
+                "alias, and for the geometries of the class's view ops)",
+            )
     return (
         f"{label}torch.compile(backend={backend!r}) result differs from eager: {d}",
         "make handlers return the same ctx and values under fake tensors as in eager; "
@@ -176,7 +208,7 @@ def _culprit(run, cases, x, backend: str):
             return c, explain_error(e, backend=backend, where=c.label, replay=(c.call, x))
         d = difference(got, fn(x))
         if d:
-            return c, explain_difference(run, c, d, backend)
+            return c, explain_difference(run, c, d, backend, x)
     return None
 
 
@@ -205,7 +237,7 @@ def _compile_check(run, backend: str):
     d = difference(got, expected)
     if d:
         found = _culprit(run, cases, x, backend)
-        raise Fail(*explain_difference(run, found[0] if found else None, d, backend))
+        raise Fail(*(found[1] if found else explain_difference(run, None, d, backend)))
     names, ctx = flatten(x)
     copy_ = type(x).__tensor_unflatten__({n: getattr(x, n) for n in names}, ctx, x.shape, x.stride())
     cfn(x)

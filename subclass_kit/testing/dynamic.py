@@ -19,7 +19,7 @@ import torch
 
 from . import _compat
 from .compare import difference
-from .compiled import composite, compile_and_run, explain_error
+from .compiled import composite, compile_and_run, explain_error, guard_cases
 from .runner import Check, Fail, Skip
 from .subject import describe, flatten, inner_shapes_for, resized
 
@@ -107,7 +107,7 @@ def _sweep(run):
             "classmethod so the checker knows the inner shapes"
         ) from None
     backend = run.compile_backend()
-    fn = composite(cases)
+    fn = composite(guard_cases(cases))
     _compat.dynamo_reset()
     cnt = cfn = None
     for x in xs:
@@ -170,7 +170,7 @@ def _meta_change(run):
         )
     ctx1 = flatten(x1)[1]
     backend = run.compile_backend()
-    fn = composite(cases)
+    fn = composite(guard_cases(cases))
     _compat.dynamo_reset()
     try:
         got0, cnt, cfn = compile_and_run(fn, (x0,), backend=backend)

@@ -28,20 +28,85 @@ CHILD_TIMEOUT = 120.0
 
 
 def plan(run) -> list:
-    checks = [Check("identity.importable", _importable, ("protocol.flatten",))]
-    if _wanted(run, "identity.stable_hash"):
-        # Started now, collected last, so the child's torch import overlaps the other checks.
-        _spawn(run)
-    checks.append(
-        Check("identity.stable_hash", _stable_hash, ("protocol.flatten", "identity.importable", "ctx.picklable"), late=True)
-    )
-    return checks
+    return [
+        Check("identity.importable", _importable, ("protocol.flatten",)),
+        Check(
+            "identity.stable_hash",
+            _stable_hash,
+            ("protocol.flatten", "identity.importable", "ctx.picklable"),
+            late=True,
+        ),
+    ]
 
 
-def _wanted(run, name: str) -> bool:
+def start(runs) -> None:
+    """Send every subject's samples to ONE fresh interpreter now; rows collect the answer
+    at the end of their subject, so the child's start-up overlaps the other checks."""
     from .runner import _selected
 
-    return _selected(name, run.only)
+    sendable = []
+    for run in runs:
+        state = run.state.setdefault("identity", {})
+        if not _selected("identity.stable_hash", run.only):
+            continue
+        cls = run.cls
+        if "<locals>" in cls.__qualname__ or cls.__module__ == "__main__":
+            state["skip"] = f"{cls.__qualname__} cannot be imported by another process"
+            continue
+        try:
+            enc = [_hashing.encode(x) for x in run.samples]
+            pickle.dumps(enc)
+        except _hashing.Unsendable as e:
+            state["skip"] = str(e)
+            continue
+        except Exception as e:
+            state["skip"] = f"the samples cannot be pickled for another process ({type(e).__name__}: {str(e)[:120]})"
+            continue
+        state["index"] = len(sendable)
+        sendable.append((run, enc))
+    if not sendable:
+        return
+    job = _Job(pickle.dumps([enc for _, enc in sendable]))
+    for run, _ in sendable:
+        run.state["identity"]["job"] = job
+    sendable[-1][0].state.setdefault("cleanups", []).append(job.close)
+
+
+class _Job:
+    """One child process hashing the samples of several subjects."""
+
+    def __init__(self, payload: bytes):
+        self.t0 = time.perf_counter()
+        self.payload = payload
+        self.answer = None
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "subclass_kit.testing._hash_child"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_child_env(),
+        )
+
+    def result(self):
+        """The child's answer (a list per subject), or raises Skip/Fail."""
+        if self.answer is None:
+            try:
+                out, err = self.proc.communicate(self.payload, timeout=CHILD_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.close()
+                raise Skip(f"the child process did not answer within {CHILD_TIMEOUT:.0f}s") from None
+            if self.proc.returncode != 0:
+                tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+                self.answer = ("error", tail[0])
+            else:
+                self.answer = ("ok", json.loads(out.decode()))
+            self.seconds = time.perf_counter() - self.t0
+        return self.answer
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
 
 
 def _importable(run):
@@ -82,57 +147,19 @@ def _child_env() -> dict:
     return env
 
 
-def _spawn(run) -> None:
-    state = run.state.setdefault("identity", {})
-    cls = run.cls
-    if "<locals>" in cls.__qualname__ or cls.__module__ == "__main__":
-        state["skip"] = f"{cls.__qualname__} cannot be imported by another process"
-        return
-    try:
-        payload = pickle.dumps([_hashing.encode(x) for x in run.samples])
-    except _hashing.Unsendable as e:
-        state["skip"] = str(e)
-        return
-    except Exception as e:
-        state["skip"] = f"the samples cannot be pickled for another process ({type(e).__name__}: {str(e)[:120]})"
-        return
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "subclass_kit.testing._hash_child"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_child_env(),
-    )
-    state["proc"] = proc
-    state["payload"] = payload
-    state["t0"] = time.perf_counter()
-
-    def cleanup():
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-    run.state.setdefault("cleanups", []).append(cleanup)
-
-
 def _stable_hash(run):
     state = run.state.get("identity", {})
     if "skip" in state:
         raise Skip(state["skip"])
-    proc = state["proc"]
-    try:
-        out, err = proc.communicate(state["payload"], timeout=CHILD_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.communicate()
-        raise Skip(f"the child process did not answer within {CHILD_TIMEOUT:.0f}s") from None
-    if proc.returncode != 0:
-        tail = err.decode(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+    if "job" not in state:
+        raise Skip("the samples were not sent to a child process")
+    kind, answer = state["job"].result()
+    if kind == "error":
         raise Fail(
-            f"a fresh process could not rebuild the samples: {tail[0]}",
+            f"a fresh process could not rebuild the samples: {answer}",
             "make the class and its ctx importable at module level",
         )
-    theirs = json.loads(out.decode())
+    theirs = answer[state["index"]]
     has_own = hasattr(run.cls, "_stable_hash_for_caching")
     what = "_stable_hash_for_caching()" if has_own else "torch's default subclass hash (a pickle of the ctx)"
     mine = [_hashing.stable_hash(x) for x in run.samples]
@@ -168,8 +195,7 @@ def _stable_hash(run):
                     "include every ctx value in the hash",
                 )
         by_hash[key] = (i, ctx)
-    secs = time.perf_counter() - state["t0"]
-    note = f"same in a fresh process ({secs:.1f}s incl. start-up)"
+    note = f"same in a fresh process (answered after {state['job'].seconds:.1f}s)"
     if not has_own:
         note += " (torch's default hash: the class has no _stable_hash_for_caching)"
     return note

@@ -51,6 +51,7 @@ class OpCase:
     applies: Callable = field(default=lambda x: True)
     twin: object = None  # the out-of-place op of an in-place one
     differentiable: bool = False
+    deterministic: bool = True  # False: random or uninitialized results (compare metadata only)
 
     def call(self, x):
         if self.kind == INPLACE:
@@ -70,6 +71,15 @@ def _kind(op) -> str:
         if op._schema.is_mutable:
             return INPLACE
     return FUNCTIONAL
+
+
+def _deterministic(op) -> bool:
+    """False for ops whose values are random or uninitialized (rand_like, empty_like)."""
+    if not isinstance(op, torch._ops.OpOverload):
+        return True
+    if torch.Tag.nondeterministic_seeded in op.tags:
+        return False
+    return "empty" not in op._schema.name
 
 
 def _floating(x) -> bool:
@@ -172,7 +182,15 @@ def default_cases(cls) -> list:
         if kind == INPLACE:
             continue  # an in-place op needs its twin to be judged; callers may pass it in ops=
         cases.append(
-            OpCase(f"{op_name(op)}(x)", op, lambda x: (x,), kind, True, f"{cls.__qualname__} registers it")
+            OpCase(
+                f"{op_name(op)}(x)",
+                op,
+                lambda x: (x,),
+                kind,
+                True,
+                f"{cls.__qualname__} registers it",
+                deterministic=_deterministic(op),
+            )
         )
     return cases
 
@@ -192,7 +210,9 @@ def user_cases(ops) -> list:
                 OpCase(f"{op_name(op)}(x.clone())", op, lambda x, y: (y,), INPLACE, True, "passed in ops=", twin=twin)
             )
         else:
-            cases.append(OpCase(f"{op_name(op)}(x)", op, lambda x: (x,), kind, True, "passed in ops="))
+            cases.append(
+                OpCase(f"{op_name(op)}(x)", op, lambda x: (x,), kind, True, "passed in ops=", deterministic=_deterministic(op))
+            )
     return cases
 
 

@@ -82,14 +82,14 @@ class Run:
         return self.subject.samples[0]
 
     def compile_cases(self) -> list:
-        """The ops to compile: those that passed their eager rows; when the eager rows were
-        not selected, those that run on the first sample without raising."""
+        """The ops to compile: deterministic ones that passed their eager rows; when the
+        eager rows were not selected, those that run on the first sample without raising."""
         if any(k.startswith("eager[") for k in self.status):
-            return list(self.passed_cases)
+            return [c for c in self.passed_cases if c.deterministic]
         if "probed" not in self.state:
             ok = []
             for c in self.cases:
-                if not c.applies(self.first):
+                if not c.deterministic or not c.applies(self.first):
                     continue
                 try:
                     c.call(self.first)
@@ -164,15 +164,23 @@ def check_subjects(
 ) -> list:
     """Run the battery on already-resolved subjects; one :class:`CheckReport` per subject."""
     backends = tuple(backends)
-    reports = []
+    runs, plans = [], []
     for subject in subjects:
         cases = user_cases(ops) if ops is not None else default_cases(subject.cls)
         run = Run(subject, cases, backends, dynamic, backward, export, serialization, tuple(only or ()))
-        report = CheckReport(subject.name)
         plan = []
         for family in _families():
             plan.extend(c for c in family.plan(run) if _selected(c.name, only))
-        plan = [c for c in plan if not c.late] + [c for c in plan if c.late]
+        runs.append(run)
+        plans.append([c for c in plan if not c.late] + [c for c in plan if c.late])
+    # Families with work to start early for all subjects at once (one child process).
+    for family in _families():
+        start = getattr(family, "start", None)
+        if start is not None:
+            start(runs)
+    reports = []
+    for run, plan in zip(runs, plans):
+        report = CheckReport(run.name)
         try:
             for check in plan:
                 with _compat.quiet_torch_logs():
