@@ -32,18 +32,11 @@ and an unflatten that emits an op into the graph being traced.
 
 from __future__ import annotations
 
-import atexit
-import weakref
-
 import torch
 
-from .. import _compat as _kit_compat
-from ..base import WrapperTensor
-from ..construct import from_parts
-from ..ctx import SubclassCtx
-from ..fields import inner
+from .. import SubclassCtx, WrapperTensor, _compat as _kit_compat, inner
 from . import _compat
-from .errors import CollectiveError
+from ._pending import Pending
 
 __all__ = ["AsyncCollectiveTensor"]
 
@@ -54,73 +47,6 @@ _FunctionalTensor = _compat.FunctionalTensor
 _STRIDED = torch.strided
 _VIEW = aten.view.default
 _make = _kit_compat.make_wrapper_subclass
-
-
-class _Pending:
-    """One collective's outstanding wait, shared by its result and every view of it.
-
-    ``__del__`` is the finalizer: when the last wrapper referring to it is collected
-    unwaited, the work is waited then, so it neither leaks nor trips torch's "unwaited
-    collective calls" warning at exit.
-    """
-
-    __slots__ = ("tensor", "done", "what", "__weakref__")
-    # Kept on the class: at interpreter exit module globals may already be cleared when the
-    # last wrappers die, but a live instance still reaches its class.
-    _wait = staticmethod(_wait_op)
-
-    def __init__(self, tensor, what):
-        self.tensor = tensor
-        self.done = False
-        self.what = what
-        _LIVE.add(self)
-
-    def wait(self):
-        self.done = True
-        try:
-            self._wait(self.tensor)
-        except RuntimeError as e:
-            raise CollectiveError(_failure_message(self.what, e)) from e
-        # Drop the buffer reference: views keep their own, and a finished cell holds nothing.
-        self.tensor = None
-
-    def __del__(self):
-        if not self.done:
-            self.done = True
-            try:
-                self._wait(self.tensor)
-            except Exception:  # noqa: BLE001 - a finalizer must not raise; the wait was best effort
-                pass
-
-
-# Every cell not yet collected. A result that is still referenced at exit (a global, or a
-# wrapper kept alive from C++ by an autograd view of it) is never collected before c10d
-# tears down and reports "unwaited collective calls"; this hook waits those first.
-_LIVE: "weakref.WeakSet[_Pending]" = weakref.WeakSet()
-
-
-@atexit.register
-def _wait_all_at_exit() -> None:
-    for cell in list(_LIVE):
-        if not cell.done:
-            cell.done = True
-            try:
-                cell._wait(cell.tensor)
-            except Exception:  # noqa: BLE001 - best effort while the interpreter exits
-                pass
-
-
-def _failure_message(what, e) -> str:
-    if what is None:
-        head = "A collective"
-    else:
-        op, group = what
-        head = f"subclass_kit.collectives.{op} on group {group.name!r} ({group.size} ranks)"
-    return (
-        f"{head} did not complete: {e}. Another rank may have exited or may not have "
-        "issued the same collective; the wait is bounded by the process group's timeout "
-        "(init_process_group(timeout=...))."
-    )
 
 
 class AsyncCollectiveTensor(WrapperTensor):
@@ -150,7 +76,7 @@ class AsyncCollectiveTensor(WrapperTensor):
                 f"{type(elem).__name__}. Collectives in subclass_kit.collectives return one "
                 "already; to wait on one, call wait_tensor(t) or t.trigger_wait()."
             )
-        return _wrap(elem, _Pending(elem, None))
+        return _wrap(elem, Pending(elem, None))
 
     # ---- waiting ---------------------------------------------------------------------
     def trigger_wait(self) -> torch.Tensor:
@@ -168,11 +94,10 @@ class AsyncCollectiveTensor(WrapperTensor):
         cell = d["_kit_pending"]
         if cell is not None:
             if _compat.in_fake_or_proxy_mode():
-                # Tracing an instance created in eager: thread the wait's result through.
-                d["elem"] = _wait_op(d["elem"])
-                cell.done = True
-            elif not cell.done:
-                cell.wait()
+                # A pending eager instance seen while tracing (captured, not an input): the
+                # graph must use the wait's result; the eager instance stays as it is.
+                return _wait_op(d["elem"])
+            cell.wait()  # the collective's first use waits; re-raises if it failed
             d["_kit_pending"] = None
         return d["elem"]
 
@@ -291,7 +216,7 @@ def _wrap(elem, cell):
 
 def pending(elem: torch.Tensor, what) -> AsyncCollectiveTensor:
     """Wrap a just-issued collective's output; ``what`` = (op name, GroupRef) for errors."""
-    return _wrap(elem, _Pending(elem, what))
+    return _wrap(elem, Pending(elem, what))
 
 
 # ---- handlers -------------------------------------------------------------------------

@@ -113,10 +113,18 @@ def _peer_dies_mid_collective():
     try:
         # The first may still complete from what rank 1 sent before dying; the next cannot.
         for _ in range(3):
-            kit.all_reduce(x, "sum").trigger_wait()
+            y = kit.all_reduce(x, "sum")
+            view = y.view(-1)
+            y.trigger_wait()
     except kit.CollectiveError as e:
-        return type(e).__name__, str(e), time.monotonic() - t0, isinstance(e, RuntimeError)
-    return "no error", "", time.monotonic() - t0, False
+        # A view of the failed result must fail too, never read the half-written buffer.
+        try:
+            view + 1
+            view_says = "read garbage"
+        except kit.CollectiveError as again:
+            view_says = "raised" if str(again) == str(e) else str(again)
+        return type(e).__name__, str(e), time.monotonic() - t0, isinstance(e, RuntimeError), view_says
+    return "no error", "", time.monotonic() - t0, False, None
 
 
 def _peer_never_joins():
@@ -135,8 +143,9 @@ def _peer_never_joins():
 def test_rank_dying_mid_collective_is_a_clear_error_and_everything_is_reaped():
     w = World(2, pg_timeout=_PG_TIMEOUT)
     pids = w.pids
-    (kind, msg, seconds, is_runtime), died = w.run(_peer_dies_mid_collective, expect_exit=(1,), timeout=60)
+    (kind, msg, seconds, is_runtime, view_says), died = w.run(_peer_dies_mid_collective, expect_exit=(1,), timeout=60)
     assert died == ("exited", 17)
+    assert view_says == "raised"
     assert kind == "CollectiveError" and is_runtime, msg
     assert "all_reduce on group '0' (2 ranks) did not complete" in msg
     assert "Another rank may have exited" in msg
