@@ -17,7 +17,14 @@ from .. import collectives as _coll
 from .layout import chunk_size
 from .mesh import MeshRef
 
-__all__ = ["gather_shards", "reduce_partial", "reduce_scatter_partial", "take_chunk", "zero_unless_first"]
+__all__ = ["waited", "gather_shards", "reduce_partial", "reduce_scatter_partial", "take_chunk", "zero_unless_first"]
+
+
+def waited(t: torch.Tensor) -> torch.Tensor:
+    # Eager results are pending AsyncCollectiveTensors: wait now, a local is always plain.
+    # While tracing the kit already returned wait_tensor(op(...)); waiting again would add a
+    # second wait node.
+    return t.trigger_wait() if type(t) is _coll.AsyncCollectiveTensor else t
 
 
 def _static_zero(x) -> bool:
@@ -38,7 +45,7 @@ def gather_shards(local: torch.Tensor, mesh: MeshRef, mesh_dim: int, dim: int, n
         return local
     full = chunk_size(n, k, 0)
     padded = _pad(local, dim, full - local.size(dim)).contiguous()
-    out = _coll.wait_tensor(_coll.all_gather_tensor(padded, dim, mesh.group_names[mesh_dim]))
+    out = waited(_coll.all_gather_tensor(padded, dim, mesh.group_names[mesh_dim]))
     if type(n) is int and type(full) is int and n == full * k:
         return out
     return out.narrow(dim, 0, n)
@@ -52,8 +59,8 @@ def reduce_partial(local: torch.Tensor, mesh: MeshRef, mesh_dim: int, op: str) -
     name = mesh.group_names[mesh_dim]
     if op == "avg":
         # gloo has no AVG; sum then divide gives the same value on every backend.
-        return _coll.wait_tensor(_coll.all_reduce(local.contiguous(), "sum", name)) / k
-    return _coll.wait_tensor(_coll.all_reduce(local.contiguous(), op, name))
+        return waited(_coll.all_reduce(local.contiguous(), "sum", name)) / k
+    return waited(_coll.all_reduce(local.contiguous(), op, name))
 
 
 def reduce_scatter_partial(local: torch.Tensor, mesh: MeshRef, mesh_dim: int, op: str, dim: int, coord: int) -> torch.Tensor:
@@ -65,7 +72,7 @@ def reduce_scatter_partial(local: torch.Tensor, mesh: MeshRef, mesh_dim: int, op
     full = chunk_size(n, k, 0)
     padded = _pad(local, dim, full * k - n).contiguous()
     wire_op = "sum" if op == "avg" else op
-    out = _coll.wait_tensor(_coll.reduce_scatter_tensor(padded, wire_op, dim, mesh.group_names[mesh_dim]))
+    out = waited(_coll.reduce_scatter_tensor(padded, wire_op, dim, mesh.group_names[mesh_dim]))
     if op == "avg":
         out = out / k
     mine = chunk_size(n, k, coord)

@@ -16,6 +16,7 @@ import torch
 from .. import collectives as _coll
 from ..compiling import is_compiling
 from . import _compat
+from .comm import waited
 from .errors import MeshError, PlacementError, ShardShapeError
 from .layout import contiguous_strides, even_global_shape, local_shape
 from .mesh import MeshRef, mesh_ref
@@ -77,7 +78,7 @@ def _run_check(local, ref: MeshRef, pl, coord, shape) -> None:
         if k == 1:
             continue
         sizes = torch.tensor([int(s) for s in local.shape], dtype=torch.int64)
-        got = _coll.wait_tensor(_coll.all_gather_tensor(sizes, 0, name)).reshape(k, -1).tolist()
+        got = waited(_coll.all_gather_tensor(sizes, 0, name)).reshape(k, -1).tolist()
         for c in range(k):
             other = coord[:i] + (c,) + coord[i + 1:]
             want = list(local_shape(shape, pl, ref.shape, other))
@@ -89,7 +90,7 @@ def _run_check(local, ref: MeshRef, pl, coord, shape) -> None:
                     "pass its own shard and the same shape=."
                 )
         if type(pl[i]) is Replicate:
-            first = _coll.wait_tensor(_coll.broadcast(local.detach(), 0, name))
+            first = waited(_coll.broadcast(local.detach(), 0, name))
             if not torch.equal(first, local.detach()):
                 raise ShardShapeError(
                     f"ShardedTensor.from_local(run_check=True): placements[{i}] is Replicate() but "
@@ -223,7 +224,7 @@ def _distribute(t, ref, placements, src_data_rank):
     if src_data_rank is not None:
         for i, name in enumerate(ref.group_names):
             if ref.shape[i] > 1:
-                local = _coll.wait_tensor(_coll.broadcast(local.contiguous(), src_data_rank, name))
+                local = waited(_coll.broadcast(local.contiguous(), src_data_rank, name))
     full = (Replicate(),) * ref.ndim
     local = redistribute_local(local, ref, coord, full, pl, t.shape)
     # A fresh, compact copy: a parameter's shard must not alias the dense tensor it came from.

@@ -49,6 +49,8 @@ class ShardedTensor(WrapperTensor):
     placements: tuple = meta(doc="one Shard/Replicate/Partial per mesh dim")
     coord: tuple = meta(doc="this rank's coordinate on the mesh")
 
+    __fallback__ = staticmethod(lambda func, types, args, kwargs: _fallback(func, types, args, kwargs))
+
     def __new__(cls, local, mesh, placements, coord=None, *, size=None, stride=None, requires_grad=None):
         ref = mesh_ref(mesh)
         ndim = local.dim() if size is None else len(size)
@@ -176,6 +178,13 @@ class ShardedTensor(WrapperTensor):
             cls.from_local(a * 2, m, [Replicate()]),  # same shape, another ctx
             cls.from_local(torch.randn(6, 5, generator=g), m, [Shard(1)]),
         ]
+
+
+def _fallback(func, types, args, kwargs):
+    # Pointwise-tagged ops get the pointwise rule; anything else raises UnsupportedOpError.
+    from .ops._common import fallback
+
+    return fallback(func, types, args, kwargs)
 
 
 _CTXS: dict = {}

@@ -1,4 +1,4 @@
-"""Pointwise ops (every aten op tagged ``pointwise``, in-place ones too) and like-factories.
+"""Pointwise ops: every aten op tagged ``pointwise`` (in-place ones too), ``_to_copy``, ``copy_``, ``fill_``.
 
 Rule, per mesh dim:
 
@@ -22,9 +22,9 @@ from ... import aliasing
 from .. import _compat
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor
-from ._common import aligned, aten, global_meta, move, move_plain, spec_of, unsupported, wrap_out
+from ._common import TensorMeta, aligned, aten, global_meta, move, move_plain, spec_of, unsupported, wrap_out
 
-__all__ = ["pointwise", "like_factory", "rule_for"]
+__all__ = ["pointwise", "rule_for"]
 
 _ADDITIVE = {aten.add.Tensor, aten.sub.Tensor, aten.add_.Tensor, aten.sub_.Tensor}
 _SCALING = {
@@ -118,7 +118,7 @@ def pointwise(func, types, args, kwargs):
     ops = _operands(args, kwargs)
     has_scalars = any(isinstance(a, (int, float, bool, complex)) and not isinstance(a, torch.Tensor) for a in args[1:])
     meta = global_meta(func, args, kwargs)
-    m0 = meta[0] if isinstance(meta, tuple) else meta
+    m0 = meta if type(meta) is TensorMeta else meta[0]
     written = aliasing.written_args(func)
     if written:
         self_ = args[0]
@@ -147,19 +147,9 @@ def pointwise(func, types, args, kwargs):
     res = func(*new_args, **new_kwargs)
     if written:
         return args[0]
-    if isinstance(meta, tuple):
-        return tuple(wrap_out(r, m, mesh, out_pl, coord) for r, m in zip(res, meta))
+    if type(meta) is not TensorMeta:
+        return type(res)(wrap_out(r, m, mesh, out_pl, coord) for r, m in zip(res, meta))
     return wrap_out(res, meta, mesh, out_pl, coord)
-
-
-def like_factory(func, types, args, kwargs):
-    """``zeros_like``/``ones_like``/``empty_like``/``full_like``/``rand_like``: same layout,
-    but never Partial (a fresh value is the whole value on every rank)."""
-    x = args[0]
-    c = x._kit_ctx
-    pl = tuple(Replicate() if type(p) is Partial else p for p in c.placements)
-    meta = global_meta(func, args, kwargs)
-    return wrap_out(func(x.local, *args[1:], **kwargs), meta, c.mesh, pl, c.coord)
 
 
 def rule_for(func):
@@ -169,8 +159,4 @@ def rule_for(func):
     return None
 
 
-ShardedTensor.implements(
-    aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default,
-    aten.full_like.default, aten.rand_like.default, aten.randn_like.default,
-)(like_factory)
 ShardedTensor.implements(aten._to_copy.default, aten.fill_.Scalar, aten.copy_.default)(pointwise)

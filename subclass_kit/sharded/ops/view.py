@@ -18,7 +18,7 @@ from __future__ import annotations
 from ... import aliasing
 from ..placements import Replicate, Shard
 from ..tensor import ShardedTensor
-from ._common import aten, global_meta, move, wrap_out
+from ._common import TensorMeta, aten, global_meta, move, wrap_out
 
 __all__ = ["permute_like", "reshape_like", "expand", "along_dim"]
 
@@ -32,9 +32,8 @@ def _release(x, dims) -> tuple:
 
 def _finish(func, args, kwargs, local, meta, pl):
     c = args[0]._kit_ctx
-    if isinstance(meta, (list, tuple)):
-        out = type(meta)(wrap_out(r, m, c.mesh, pl, c.coord) for r, m in zip(local, meta))
-        out = list(out) if isinstance(local, list) else out
+    if type(meta) is not TensorMeta:
+        out = type(local)(wrap_out(r, m, c.mesh, pl, c.coord) for r, m in zip(local, meta))
     else:
         out = wrap_out(local, meta, c.mesh, pl, c.coord)
     return aliasing.correct_aliasing(func, args, kwargs, out)

@@ -1,0 +1,52 @@
+"""subclass_kit.sharded: a DTensor-like ``ShardedTensor`` on the kit's base class.
+
+Layer: an exemplar on top of the base class (``subclass_kit.WrapperTensor``) and
+``subclass_kit.collectives``; never imports ``subclass_kit.testing``/``bench``/``cli``. This
+module only re-exports.
+
+Example (one rank, no process group needed):
+    >>> import torch
+    >>> from subclass_kit.sharded import distribute, Shard, Replicate, MeshRef
+    >>> x = distribute(torch.arange(8.).reshape(4, 2), MeshRef.local(), [Shard(0)])
+    >>> (x @ torch.ones(2, 3)).full_tensor()[:, 0]
+    tensor([ 1.,  5.,  9., 13.])
+"""
+
+from . import ops as _ops  # noqa: F401  (registers the op table)
+from .convert import distribute as distribute
+from .errors import (
+    MeshError as MeshError,
+    ParallelizeError as ParallelizeError,
+    PlacementError as PlacementError,
+    ShardShapeError as ShardShapeError,
+    UnsupportedOpError as UnsupportedOpError,
+)
+from .mesh import MeshRef as MeshRef, mesh_ref as mesh_ref
+from .parallel import (
+    ColwiseParallel as ColwiseParallel,
+    ParallelStyle as ParallelStyle,
+    RowwiseParallel as RowwiseParallel,
+    parallelize as parallelize,
+)
+from .placements import Partial as Partial, Placement as Placement, Replicate as Replicate, Shard as Shard
+from .tensor import ShardedTensor as ShardedTensor
+
+__all__ = [
+    "ShardedTensor",
+    "Shard",
+    "Replicate",
+    "Partial",
+    "Placement",
+    "distribute",
+    "parallelize",
+    "ColwiseParallel",
+    "RowwiseParallel",
+    "ParallelStyle",
+    "MeshRef",
+    "mesh_ref",
+    "PlacementError",
+    "ShardShapeError",
+    "MeshError",
+    "ParallelizeError",
+    "UnsupportedOpError",
+]

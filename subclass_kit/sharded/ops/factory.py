@@ -1,0 +1,71 @@
+"""Factories from a ShardedTensor: ``*_like`` and ``new_*`` (autograd and optimizers use them).
+
+A fresh value is whole on every rank, so a result is never Partial: ``zeros_like`` of a
+Partial tensor is Replicate. ``new_*`` with the tensor's own global shape keeps its
+shards; any other shape is replicated (its local is the whole tensor).
+"""
+
+from __future__ import annotations
+
+from ..layout import local_shape
+from ..placements import Partial, Replicate
+from ..tensor import ShardedTensor
+from ._common import aten, global_meta, wrap_out
+
+__all__ = ["like_factory", "new_factory", "is_same_size"]
+
+
+def _no_partial(pl) -> tuple:
+    return tuple(Replicate() if type(p) is Partial else p for p in pl)
+
+
+@ShardedTensor.implements(
+    aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default,
+    aten.full_like.default, aten.rand_like.default, aten.randn_like.default,
+)
+def like_factory(func, types, args, kwargs):
+    """Same layout as the input (Partial becomes Replicate)."""
+    x = args[0]
+    c = x._kit_ctx
+    meta = global_meta(func, args, kwargs)
+    return wrap_out(func(x.local, *args[1:], **kwargs), meta, c.mesh, _no_partial(c.placements), c.coord)
+
+
+_NEW = {
+    aten.new_empty.default, aten.new_zeros.default, aten.new_ones.default,
+    aten.new_full.default, aten.new_empty_strided.default,
+}
+
+
+@ShardedTensor.implements(*_NEW)
+def new_factory(func, types, args, kwargs):
+    """A new tensor of a global size: sharded like the input if the size is the input's."""
+    x = args[0]
+    c = x._kit_ctx
+    size = tuple(args[1])
+    meta = global_meta(func, args, kwargs)
+    same = len(size) == x.dim() and all(a == b for a, b in zip(size, x.shape))
+    pl = _no_partial(c.placements) if same else (Replicate(),) * c.mesh.ndim
+    lsize = local_shape(size, pl, c.mesh.shape, c.coord)
+    rest = list(args[2:])
+    if func is aten.new_empty_strided.default:
+        from ..layout import contiguous_strides
+
+        # The local keeps the requested layout's dim order, as a compact tensor.
+        order = sorted(range(len(size)), key=lambda d: -args[2][d]) if all(type(s) is int for s in args[2]) else range(len(size))
+        st = [0] * len(size)
+        acc = 1
+        for d in reversed(list(order)):
+            st[d] = acc
+            acc = acc * lsize[d]
+        rest[0] = st if len(size) else contiguous_strides(lsize)
+    local = func(x.local, lsize, *rest, **kwargs)
+    return wrap_out(local, meta, c.mesh, pl, c.coord)
+
+
+@ShardedTensor.implements(aten.is_same_size.default)
+def is_same_size(func, types, args, kwargs):
+    """Compares global shapes."""
+    a, b = args
+    return tuple(a.shape) == tuple(b.shape)
+

@@ -1,0 +1,103 @@
+"""Reductions (``sum``, ``mean``, ``amax``/``amin``, ``max``/``min``) and softmax-likes.
+
+Reducing over a sharded dim leaves each rank with an operand of the result, so the output
+is ``Partial``: ``Partial('sum')`` for ``sum`` and ``mean`` (each rank divides its local sum
+by the *global* count, which stays exact for uneven shards), ``Partial('max'/'min')`` for
+the extrema. Unreduced shards shift past the removed dims. A Partial input stays Partial
+through a reduction of the same kind (a sum of sums); otherwise it is reduced first.
+
+``softmax``/``log_softmax`` (and their backward) act locally along an unsharded dim and
+gather a sharded one first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ..placements import Partial, Replicate, Shard
+from ..tensor import ShardedTensor
+from ._common import aten, global_meta, move, move_plain, spec_of, wrap_out
+
+__all__ = ["reduce", "softmax_like"]
+
+_KIND = {
+    aten.sum.default: "sum", aten.sum.dim_IntList: "sum",
+    aten.mean.default: "sum", aten.mean.dim: "sum",
+    aten.amax.default: "max", aten.max.default: "max",
+    aten.amin.default: "min", aten.min.default: "min",
+}
+_KEEPS = {"sum": ("sum", "avg"), "max": ("max",), "min": ("min",)}
+
+
+def _dims_keepdim(func, x, args, kwargs):
+    nd = x.dim()
+    if func in (aten.sum.default, aten.mean.default, aten.max.default, aten.min.default):
+        return list(range(nd)), False
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(nd)), keepdim
+    if isinstance(dim, int):
+        dim = [dim]
+    return sorted({d % nd for d in dim}) if nd else [], keepdim
+
+
+@ShardedTensor.implements(*_KIND)
+def reduce(func, types, args, kwargs):
+    """Reduce the local shard; a reduced shard dim becomes a Partial of the same kind."""
+    x = args[0]
+    c = x._kit_ctx
+    kind = _KIND[func]
+    dims, keepdim = _dims_keepdim(func, x, args, kwargs)
+    target, out_pl = [], []
+    for p in c.placements:
+        if type(p) is Partial and p.op not in _KEEPS[kind]:
+            p = Replicate()
+        target.append(p)
+        if type(p) is Shard:
+            if p.dim in dims:
+                out_pl.append(Partial(kind))
+            else:
+                out_pl.append(Shard(p.dim if keepdim else p.dim - sum(d < p.dim for d in dims)))
+        else:
+            out_pl.append(p)
+    local = move(x, tuple(target))
+    meta = global_meta(func, args, kwargs)
+    is_mean = func in (aten.mean.default, aten.mean.dim)
+    if is_mean and any(type(p) is Shard and p.dim in dims for p in target):
+        count = math.prod(x.shape[d] for d in dims)
+        dtype = kwargs.get("dtype")
+        res = aten.sum.dim_IntList(local, dims, keepdim, dtype=dtype) / count
+    else:
+        res = func(local, *args[1:], **kwargs)
+    return wrap_out(res, meta, c.mesh, tuple(out_pl), c.coord)
+
+
+_SOFTMAX = {
+    aten._softmax.default: 1,
+    aten._log_softmax.default: 1,
+    aten._softmax_backward_data.default: 2,
+    aten._log_softmax_backward_data.default: 2,
+}
+
+
+@ShardedTensor.implements(*_SOFTMAX)
+def softmax_like(func, types, args, kwargs):
+    """Softmax along an unsharded dim runs locally; a sharded one is gathered first."""
+    mesh, coord = spec_of(func, args, kwargs)
+    i = _SOFTMAX[func]
+    x = args[0]
+    dim = args[i] % x.dim()
+    tensors = [a for a in args[:i] if isinstance(a, ShardedTensor)]
+    # Every tensor operand is brought to one layout: the first's, minus a shard on `dim`,
+    # minus Partial (softmax is not linear).
+    base = tensors[0]._kit_ctx.placements
+    pl = tuple(Replicate() if (type(p) is Shard and p.dim == dim) or type(p) is Partial else p for p in base)
+    new = [
+        move(a, pl) if type(a) is ShardedTensor else (move_plain(a, mesh, coord, pl) if isinstance(a, torch.Tensor) else a)
+        for a in args
+    ]
+    meta = global_meta(func, args, kwargs)
+    return wrap_out(func(*new, **kwargs), meta, mesh, pl, coord)
