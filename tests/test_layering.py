@@ -64,6 +64,7 @@ def loaded() -> dict:
     return out
 
 
+@pytest.mark.dist  # spawns fresh interpreters
 @pytest.mark.parametrize("pkg", OURS)
 def test_fresh_import_pulls_only_allowed_packages(pkg, loaded):
     top = {m.split(".")[0] for m in loaded[pkg]}
@@ -71,10 +72,12 @@ def test_fresh_import_pulls_only_allowed_packages(pkg, loaded):
     assert top <= ALLOWED[pkg], f"import {pkg} pulled in {sorted(top - ALLOWED[pkg])}: {loaded[pkg]}"
 
 
+@pytest.mark.dist
 def test_symbolic_pulls_neither_guards_nor_subclass_kit(loaded):
     assert not [m for m in loaded["symbolic"] if m.split(".")[0] in ("guards", "subclass_kit")]
 
 
+@pytest.mark.dist
 def test_guards_does_not_pull_subclass_kit(loaded):
     assert not [m for m in loaded["guards"] if m.split(".")[0] == "subclass_kit"]
 

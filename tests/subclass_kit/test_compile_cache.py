@@ -57,6 +57,7 @@ def _child(rows: int, seed: str, cache_dir) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.dist  # spawns fresh interpreters
 def test_second_process_hits_aot_autograd_and_fx_graph_caches(tmp_path):
     first = _child(12, "1", tmp_path)
     # The second process sees other sizes for the dynamic inputs: the dynamic graphs are reused.

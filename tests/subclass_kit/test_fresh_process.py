@@ -15,6 +15,8 @@ import pytest
 from _kit_testing import run_pythons
 from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
 
+pytestmark = pytest.mark.dist  # spawns fresh interpreters
+
 _CHILD = r"""
 import io, json, torch
 from subclass_kit import WrapperTensor, inner, meta, serialization
