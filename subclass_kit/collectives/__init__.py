@@ -9,11 +9,14 @@ returns an :class:`AsyncCollectiveTensor` that waits at first use of its data; w
 compiling it returns the waited plain tensor, and an ``AsyncCollectiveTensor`` passed into
 a compiled region becomes a ``wait_tensor`` at the start of the graph.
 
-Example (needs an initialized process group):
-    >>> from subclass_kit.collectives import all_reduce            # doctest: +SKIP
-    >>> y = all_reduce(torch.ones(4), "sum")                       # returns at once
-    >>> z = y.view(2, 2)                                           # still pending
-    >>> z + 1                                                      # waits here, once
+Example (rank 0 of a 2-rank process group):
+    >>> import torch
+    >>> from subclass_kit.collectives import all_reduce
+    >>> y = all_reduce(torch.ones(4), "sum")       # returns at once
+    >>> z = y.view(2, 2)                           # a view: still pending
+    >>> z + 1                                      # first data use: waits, once
+    tensor([[3., 3.],
+            [3., 3.]])
 """
 
 from .act import AsyncCollectiveTensor as AsyncCollectiveTensor

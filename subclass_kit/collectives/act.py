@@ -56,14 +56,15 @@ class AsyncCollectiveTensor(WrapperTensor):
     ``AsyncCollectiveTensor``; any compute op waits once and returns a plain tensor. As an
     input to a compiled region it becomes a ``wait_tensor`` at the start of the graph.
 
-    Example (needs an initialized process group):
-        >>> from subclass_kit.collectives import all_reduce        # doctest: +SKIP
-        >>> y = all_reduce(torch.ones(4), "sum")                   # doctest: +SKIP
-        >>> type(y.view(2, 2)).__name__                            # a view: no wait
-        'AsyncCollectiveTensor'
-        >>> type(y + 1).__name__                                   # data use: waits once
-        'Tensor'
-        >>> y.trigger_wait()                                       # the plain, waited tensor
+    Example (rank 0 of a 2-rank process group):
+        >>> import torch
+        >>> from subclass_kit.collectives import all_reduce
+        >>> y = all_reduce(torch.ones(4), "sum")
+        >>> type(y.view(2, 2)).__name__, y.completed   # a view: no wait
+        ('AsyncCollectiveTensor', False)
+        >>> type(y + 1).__name__, y.completed          # data use: waits once
+        ('Tensor', True)
+        >>> y.trigger_wait()                           # the plain, waited tensor
         tensor([2., 2., 2., 2.])
     """
 
@@ -85,10 +86,12 @@ class AsyncCollectiveTensor(WrapperTensor):
         Use the returned tensor: it is the waited value (under tracing, the output of the
         ``wait_tensor`` node; ignoring it would leave later ops reading the raw buffer).
 
-        Example (needs an initialized process group):
-            >>> y = all_reduce(torch.ones(2), "sum").trigger_wait()   # doctest: +SKIP
-            >>> type(y).__name__                                      # doctest: +SKIP
-            'Tensor'
+        Example (rank 0 of a 2-rank process group):
+            >>> import torch
+            >>> from subclass_kit.collectives import all_reduce
+            >>> y = all_reduce(torch.ones(2), "sum").trigger_wait()
+            >>> type(y).__name__, y
+            ('Tensor', tensor([2., 2.]))
         """
         d = self.__dict__
         cell = d["_kit_pending"]
@@ -104,8 +107,10 @@ class AsyncCollectiveTensor(WrapperTensor):
     def wait(self) -> torch.Tensor:
         """Alias of :meth:`trigger_wait` (torch's ACT spells it both ways).
 
-        Example (needs an initialized process group):
-            >>> all_reduce(torch.ones(2), "sum").wait()               # doctest: +SKIP
+        Example (rank 0 of a 2-rank process group):
+            >>> import torch
+            >>> from subclass_kit.collectives import all_reduce
+            >>> all_reduce(torch.ones(2), "sum").wait()
             tensor([2., 2.])
         """
         return self.trigger_wait()

@@ -126,10 +126,12 @@ class _AllToAll(torch.autograd.Function):
 def all_reduce_autograd(t: torch.Tensor, op, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
     """:func:`~subclass_kit.collectives.all_reduce` with a gradient (op: sum, avg, max, min).
 
-    Example (needs an initialized process group of 2):
-        >>> x = torch.ones(2, requires_grad=True)                     # doctest: +SKIP
-        >>> all_reduce_autograd(x, "sum").sum().backward()            # doctest: +SKIP
-        >>> x.grad                                                    # doctest: +SKIP
+    Example (rank 0 of a 2-rank process group):
+        >>> import torch
+        >>> from subclass_kit.collectives import all_reduce_autograd
+        >>> x = torch.ones(2, requires_grad=True)
+        >>> all_reduce_autograd(x, "sum").sum().backward()   # both ranks' losses count
+        >>> x.grad
         tensor([2., 2.])
     """
     where = "all_reduce_autograd"
@@ -146,10 +148,12 @@ def all_reduce_autograd(t: torch.Tensor, op, group: GroupLike = None, *, mesh_di
 def all_gather_tensor_autograd(t: torch.Tensor, gather_dim: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
     """:func:`~subclass_kit.collectives.all_gather_tensor` with a gradient (a reduce-scatter).
 
-    Example (needs an initialized process group of 2):
-        >>> x = torch.ones(2, requires_grad=True)                     # doctest: +SKIP
-        >>> all_gather_tensor_autograd(x, 0).sum().backward()         # doctest: +SKIP
-        >>> x.grad                                                    # doctest: +SKIP
+    Example (rank 0 of a 2-rank process group):
+        >>> import torch
+        >>> from subclass_kit.collectives import all_gather_tensor_autograd
+        >>> x = torch.ones(2, requires_grad=True)
+        >>> all_gather_tensor_autograd(x, 0).sum().backward()
+        >>> x.grad
         tensor([2., 2.])
     """
     where = "all_gather_tensor_autograd"
@@ -161,10 +165,12 @@ def all_gather_tensor_autograd(t: torch.Tensor, gather_dim: int, group: GroupLik
 def reduce_scatter_tensor_autograd(t: torch.Tensor, op, scatter_dim: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
     """:func:`~subclass_kit.collectives.reduce_scatter_tensor` with a gradient (an all-gather).
 
-    Example (needs an initialized process group of 2):
-        >>> x = torch.ones(4, requires_grad=True)                     # doctest: +SKIP
-        >>> reduce_scatter_tensor_autograd(x, "sum", 0).sum().backward()   # doctest: +SKIP
-        >>> x.grad                                                    # doctest: +SKIP
+    Example (rank 0 of a 2-rank process group):
+        >>> import torch
+        >>> from subclass_kit.collectives import reduce_scatter_tensor_autograd
+        >>> x = torch.ones(4, requires_grad=True)
+        >>> reduce_scatter_tensor_autograd(x, "sum", 0).sum().backward()
+        >>> x.grad                      # each element lands in exactly one rank's output
         tensor([1., 1., 1., 1.])
     """
     where = "reduce_scatter_tensor_autograd"
@@ -187,10 +193,12 @@ def reduce_scatter_tensor_autograd(t: torch.Tensor, op, scatter_dim: int, group:
 def all_to_all_single_autograd(t: torch.Tensor, output_split_sizes, input_split_sizes, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
     """:func:`~subclass_kit.collectives.all_to_all_single` with a gradient (the reverse exchange).
 
-    Example (needs an initialized process group of 2):
-        >>> x = torch.ones(4, requires_grad=True)                     # doctest: +SKIP
-        >>> all_to_all_single_autograd(x, None, None).sum().backward()   # doctest: +SKIP
-        >>> x.grad                                                    # doctest: +SKIP
+    Example (rank 0 of a 2-rank process group):
+        >>> import torch
+        >>> from subclass_kit.collectives import all_to_all_single_autograd
+        >>> x = torch.ones(4, requires_grad=True)
+        >>> all_to_all_single_autograd(x, None, None).sum().backward()
+        >>> x.grad
         tensor([1., 1., 1., 1.])
     """
     where = "all_to_all_single_autograd"

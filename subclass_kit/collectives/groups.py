@@ -102,9 +102,12 @@ def resolve_group(group: GroupLike = None, mesh_dim: "int | str | None" = None, 
         NoProcessGroupError: torch.distributed is not initialized.
         GroupResolutionError: ``group`` names no usable group.
 
-    Example (needs an initialized process group):
-        >>> resolve_group()                                  # doctest: +SKIP
+    Example (rank 0 of a 2-rank process group):
+        >>> import torch.distributed as dist
+        >>> resolve_group()
         GroupRef(name='0', size=2)
+        >>> resolve_group([0, 1]) == resolve_group(dist.group.WORLD)
+        True
     """
     if mesh_dim is not None and not isinstance(group, DeviceMesh):
         raise GroupResolutionError(

@@ -103,8 +103,10 @@ def all_reduce(t: torch.Tensor, op, group: GroupLike = None, *, mesh_dim=None) -
     Returns:
         An AsyncCollectiveTensor in eager; a plain tensor while compiling.
 
-    Example (needs an initialized process group):
-        >>> all_reduce(torch.ones(2), "sum")                         # doctest: +SKIP
+    Example (rank 0 of a 2-rank process group):
+        >>> import torch
+        >>> from subclass_kit.collectives import all_reduce
+        >>> all_reduce(torch.ones(2), "sum")
         AsyncCollectiveTensor(tensor([2., 2.]))
     """
     g = resolve_group(group, mesh_dim, where="all_reduce")
@@ -123,9 +125,15 @@ def all_gather_tensor(t: torch.Tensor, gather_dim: int, group: GroupLike = None,
     dim the native op still gathers along dim 0, and rearranging the chunks needs the data:
     this waits at once and returns a plain tensor.
 
-    Example (needs an initialized process group of 2):
-        >>> all_gather_tensor(torch.ones(1, 2), 1).shape              # doctest: +SKIP
-        torch.Size([1, 4])
+    Example (rank 0 of a 2-rank process group):
+        >>> import torch, torch.distributed as dist
+        >>> from subclass_kit.collectives import all_gather_tensor
+        >>> x = torch.full((1, 2), float(dist.get_rank()))
+        >>> all_gather_tensor(x, 0)
+        AsyncCollectiveTensor(tensor([[0., 0.],
+                [1., 1.]]))
+        >>> all_gather_tensor(x, 1)                     # not dim 0: waited, plain
+        tensor([[0., 0., 1., 1.]])
     """
     g = resolve_group(group, mesh_dim, where="all_gather_tensor")
     gather_dim = _check_dim(t, gather_dim, "all_gather_tensor", "gather_dim")
@@ -142,9 +150,11 @@ def reduce_scatter_tensor(t: torch.Tensor, op, scatter_dim: int, group: GroupLik
 
     ``t.size(scatter_dim)`` must be divisible by the group size.
 
-    Example (needs an initialized process group of 2):
-        >>> reduce_scatter_tensor(torch.ones(4), "sum", 0)            # doctest: +SKIP
-        AsyncCollectiveTensor(tensor([2., 2.]))
+    Example (rank 0 of a 2-rank process group):
+        >>> import torch
+        >>> from subclass_kit.collectives import reduce_scatter_tensor
+        >>> reduce_scatter_tensor(torch.arange(4.0), "sum", 0)
+        AsyncCollectiveTensor(tensor([0., 2.]))
     """
     where = "reduce_scatter_tensor"
     g = resolve_group(group, mesh_dim, where=where)
@@ -205,8 +215,13 @@ def all_to_all_single(
     ``input_split_sizes[i]`` rows go to rank ``i``; ``output_split_sizes[i]`` rows come
     from rank ``i``. Both None means even splits.
 
-    Example (needs an initialized process group of 2):
-        >>> all_to_all_single(torch.arange(3.), [2, 2], [1, 2])       # doctest: +SKIP
+    Example (rank 0 of a 2-rank process group; rank r sends r+1 rows to rank 0, one to rank 1):
+        >>> import torch, torch.distributed as dist
+        >>> from subclass_kit.collectives import all_to_all_single
+        >>> r = dist.get_rank()
+        >>> x = torch.arange(r + 2.0) + 10 * r
+        >>> all_to_all_single(x, [1, 2 - r], [r + 1, 1])  # rank 0 receives 1 row, then 2
+        AsyncCollectiveTensor(tensor([ 0., 10., 11.]))
     """
     where = "all_to_all_single"
     g = resolve_group(group, mesh_dim, where=where)
@@ -217,9 +232,11 @@ def all_to_all_single(
 def broadcast(t: torch.Tensor, src: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
     """Every rank gets rank ``src``'s ``t`` (``src`` is the rank *within* ``group``).
 
-    Example (needs an initialized process group):
-        >>> broadcast(torch.full((2,), float(dist.get_rank())), 0)   # doctest: +SKIP
-        AsyncCollectiveTensor(tensor([0., 0.]))
+    Example (rank 0 of a 2-rank process group):
+        >>> import torch, torch.distributed as dist
+        >>> from subclass_kit.collectives import broadcast
+        >>> broadcast(torch.full((2,), float(dist.get_rank())), 1)
+        AsyncCollectiveTensor(tensor([1., 1.]))
     """
     g = resolve_group(group, mesh_dim, where="broadcast")
     if not 0 <= src < g.size:
@@ -236,9 +253,11 @@ def wait_tensor(t: torch.Tensor) -> torch.Tensor:
     Works on an AsyncCollectiveTensor (and its views) and on the raw output of a native
     ``_c10d_functional`` op; a tensor with nothing pending is returned as is.
 
-    Example (needs an initialized process group):
-        >>> type(wait_tensor(all_reduce(torch.ones(2), "sum"))).__name__   # doctest: +SKIP
-        'Tensor'
+    Example (rank 0 of a 2-rank process group):
+        >>> import torch
+        >>> from subclass_kit.collectives import all_reduce, wait_tensor
+        >>> wait_tensor(all_reduce(torch.ones(2), "sum"))
+        tensor([2., 2.])
     """
     if isinstance(t, AsyncCollectiveTensor) and not _tracing():
         return t.trigger_wait()
