@@ -8,6 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from expecttest import assert_expected_inline
+from torch._dynamo.utils import counters
+
+from _kit_testing import compile_counted, graph_breaks
 
 from subclass_kit import UnsupportedOpError, WrapperTensor, fallbacks, inner, meta
 from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
@@ -262,3 +265,23 @@ def test_exemplar_scaled_mm_handler_matches_dense():
     bs = BlockScaled.__samples__()[-1]
     assert bs.shape == (70, 8)
     torch.testing.assert_close(torch.mm(torch.ones(2, 70), bs), torch.ones(2, 70) @ bs.to_plain())
+
+
+class TFW(WrapperTensor):
+    q: torch.Tensor = inner()
+    __fallback__ = fallbacks.map_inner
+
+
+@TFW.implements_torch_function(F.linear)
+def _tfw_linear(func, types, args, kwargs):
+    x, w = args[0], args[1]
+    return torch.mm(x, w.q.t()) * 10  # deliberately not linear's value: proves the handler ran
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_torch_function_handler_is_traced_by_compile(backend):
+    x, w = torch.randn(3, 4), TFW(torch.randn(5, 4))
+    counters.clear()
+    compiled, cnt = compile_counted(lambda x, w: F.linear(x, w).relu(), backend)
+    torch.testing.assert_close(compiled(x, w), (x @ w.q.t() * 10).relu())
+    assert cnt.frame_count == 1 and graph_breaks() == 0
