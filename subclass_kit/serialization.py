@@ -3,7 +3,8 @@
 The weights-only unpickler refuses every global it was not told about. A kit subclass
 pickles as ``rebuild(cls, inner_tensors, ctx, size, stride, requires_grad)``, so loading it
 needs exactly: the class, ``rebuild``, and the ctx type with its rebuild function.
-``allow`` adds those and nothing else.
+``allow`` adds those and nothing else — plus the types a class lists in its
+``__safe_globals__`` class attribute (the types of its meta values, e.g. placements).
 """
 
 from __future__ import annotations
@@ -31,13 +32,19 @@ def required_globals(*classes) -> list:
                 f"serialization.allow() takes WrapperTensor subclasses; got {c!r}. For other "
                 "globals use torch.serialization.add_safe_globals directly."
             )
-    return [*classes, rebuild, SubclassCtx, _rebuild_ctx]
+    extra = []
+    for c in classes:
+        for g in getattr(c, "__safe_globals__", ()):
+            if g not in extra:
+                extra.append(g)
+    return [*classes, rebuild, SubclassCtx, _rebuild_ctx, *extra]
 
 
 def allow(*classes) -> None:
     """Let ``torch.load(..., weights_only=True)`` load these WrapperTensor subclasses.
 
-    Meta values of other types (enums, dataclasses) must be allowed by the caller with
+    Meta values of other types (enums, dataclasses) are allowed too when the class lists
+    them in ``__safe_globals__``; otherwise the caller adds them with
     ``torch.serialization.add_safe_globals``.
 
     Example:
