@@ -160,7 +160,7 @@ def test_view_then_in_place_under_compile_matches_eager():
         v.mul_(2)
         return x + 1, v.sum()
 
-    x_eager, x_comp = _two(3, 4), None
+    x_eager = _two(3, 4)
     x_comp = TwoTensor(x_eager.a.clone(), x_eager.b.clone())
     expected = f(x_eager)
     compiled, cnt = compile_counted(f, "aot_eager")

@@ -15,7 +15,6 @@ import sys
 import types
 
 import pytest
-import torch
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "authoring.md"
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.M | re.S)

@@ -14,9 +14,6 @@ from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
 
 aten = torch.ops.aten
 
-DYNAMIC = [pytest.param(False, id="static"), pytest.param(True, id="dynamic")]
-
-
 def _dynamic_axis(backend):
     # Inductor runs static only here (the cache test covers it dynamic); the cheap backends both.
     return [False] if backend == "inductor" else [False, True]

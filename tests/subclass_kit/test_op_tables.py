@@ -13,7 +13,7 @@ from torch._dynamo.utils import counters
 from _kit_testing import compile_counted, graph_breaks
 
 from subclass_kit import UnsupportedOpError, WrapperTensor, fallbacks, inner, meta
-from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
+from subclass_kit.examples import BlockScaled, ScaledTensor
 
 aten = torch.ops.aten
 
