@@ -32,8 +32,9 @@ def chunk_size(n, k: int, c: int):
     if c == 0:
         return full
     if c == k - 1:
-        # n <= k * ceil(n / k), so the last chunk never exceeds a full one.
-        return sym_max(0, n - c * full)
+        # n <= k * ceil(n / k), so the last chunk never exceeds a full one; with two ranks
+        # it is never negative either (ceil(n / 2) <= n), which keeps the relation plain.
+        return n - full if k == 2 else sym_max(0, n - c * full)
     return sym_min(full, sym_max(0, n - c * full))
 
 

@@ -49,6 +49,9 @@ class ShardedTensor(WrapperTensor):
     placements: tuple = meta(doc="one Shard/Replicate/Partial per mesh dim")
     coord: tuple = meta(doc="this rank's coordinate on the mesh")
 
+    # The ctx's value types, for serialization.allow (torch.load(weights_only=True)).
+    __safe_globals__ = (MeshRef, Shard, Replicate, Partial)
+
     __fallback__ = staticmethod(lambda func, types, args, kwargs: _fallback(func, types, args, kwargs))
 
     def __new__(cls, local, mesh, placements, coord=None, *, size=None, stride=None, requires_grad=None):

@@ -158,3 +158,89 @@ def along_dim(func, types, args, kwargs):
     if func in _DROPS_DIM:
         pl = _shift(pl, lambda d: d - (d > dim))
     return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, pl)
+
+
+def _as_view_ops(shape, xstride, xoff, size, stride, off):
+    """Express ``as_strided(x, size, stride, off)`` as slices, selects, a permute and
+    unsqueezes of ``x`` (ints only), or None when it is not such a view."""
+    nd = len(shape)
+    if not all(type(v) is int for v in (*shape, *xstride, xoff, *size, *stride, off)):
+        return None
+    delta = off - xoff
+    start = [0] * nd
+    for d in sorted((d for d in range(nd) if shape[d] > 1), key=lambda d: -xstride[d]):
+        if xstride[d] <= 0:
+            return None
+        q = min(delta // xstride[d], shape[d] - 1)
+        start[d] = q
+        delta -= q * xstride[d]
+    if delta != 0:
+        return None
+    src: list = []
+    used: set = set()
+    for s_, t in zip(size, stride):
+        hit = None
+        if s_ != 1:
+            for d in range(nd):
+                if d in used or shape[d] == 1 or t <= 0 or t % xstride[d]:
+                    continue
+                step = t // xstride[d]
+                if start[d] + (s_ - 1) * step < shape[d]:
+                    hit = (d, step)
+                    break
+            if hit is None:
+                return None
+            used.add(hit[0])
+        src.append(hit)
+    for j, s_ in enumerate(size):
+        if src[j] is None:
+            d = next((d for d in range(nd) if d not in used and shape[d] == 1), None)
+            if d is not None:
+                used.add(d)
+                src[j] = (d, 1)
+    ops = []
+    for j, hit in enumerate(src):
+        if hit is not None:
+            d, step = hit
+            end = start[d] + (size[j] - 1) * step + 1
+            if (start[d], end, step) != (0, shape[d], 1):
+                ops.append(("slice", d, start[d], end, step))
+    dropped = sorted((d for d in range(nd) if d not in used), reverse=True)
+    for d in dropped:
+        ops.append(("select", d, start[d]))
+    kept = sorted(used)
+    order = [kept.index(hit[0]) for hit in src if hit is not None]
+    if order != sorted(order):
+        ops.append(("permute", order))
+    for j, hit in enumerate(src):
+        if hit is None:
+            ops.append(("unsqueeze", j))
+    return ops
+
+
+@ShardedTensor.implements(aten.as_strided.default)
+def as_strided(func, types, args, kwargs):
+    """The as_strided calls AOTAutograd makes to regenerate a compiled output that is a view
+    of an input: replayed as the slices, selects, permute and unsqueezes it amounts to, so
+    the result has the placements the traced view had."""
+    x, size, stride = args[0], tuple(args[1]), tuple(args[2])
+    offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
+    offset = x.storage_offset() if offset is None else offset
+    if size == tuple(x.shape) and stride == tuple(x.stride()) and offset == x.storage_offset():
+        return aten.alias.default(x)
+    ops = _as_view_ops(tuple(x.shape), tuple(x.stride()), x.storage_offset(), size, stride, offset)
+    out = x
+    for op in ops or ():
+        if op[0] == "slice":
+            out = aten.slice.Tensor(out, *op[1:])
+        elif op[0] == "select":
+            out = aten.select.int(out, *op[1:])
+        elif op[0] == "permute":
+            out = aten.permute.default(out, op[1])
+        else:
+            out = aten.unsqueeze.default(out, op[1])
+    if ops is None or (tuple(out.shape), tuple(out.stride()), out.storage_offset()) != (size, stride, offset):
+        from ._common import unsupported
+
+        unsupported(func, args, kwargs, f"as_strided{(size, stride, offset)} is not a view made of slices, selects, a permute and unsqueezes;")
+    return out
