@@ -24,6 +24,7 @@ from ._kinds import (
     Guard,
     InnerNames,
     KeysMatch,
+    Layout,
     LenMatch,
     MarkMatch,
     NoAliasing,
@@ -38,7 +39,7 @@ from ._kinds import (
 )
 from ._canonical import type_name
 from ._shapes import ShapeSim
-from ._sources import AttrSource, InnerSource, ItemSource, Source
+from ._sources import AttrSource, InnerSource, ItemSource, SizeSource, Source
 from .errors import PolicyViolationError, UnhashableContextError, UnsupportedValueError
 
 __all__ = ["Collected", "collect"]
@@ -66,6 +67,8 @@ class _Walker:
         self.out = Collected(sim=self.sim)
         self.tensors: list[tuple[Source, torch.Tensor]] = []
         self.wrappers: list[tuple[Source, torch.Tensor]] = []
+        self.marks_of: dict = {}
+        self._seen: dict[int, Source] = {}
 
     def add(self, g: Guard) -> None:
         self.out.guards.append(g)
@@ -145,12 +148,20 @@ class _Walker:
         return kinds, stride_dyn
 
     def tensor(self, t: torch.Tensor, src: Source, policy: Any, nested: bool) -> None:
+        first = self._seen.get(id(t))
+        if first is not None:
+            # The same tensor object again: dynamo guards it only by identity with the
+            # first source (``L['y'] is L['x']``).
+            self.tensors.append((src, t))
+            return
+        self._seen[id(t)] = src
         if _compat.is_dtensor(t):
             self.dtensor(t, src, policy)
             return
         wrapper = _compat.is_traceable_wrapper_subclass(t)
         cls = torch.Tensor if _compat.is_fake(t) else type(t)
-        marks = self._marks(t, policy, nested)
+        marks = self._marks(t, policy, nested and wrapper)
+        self.marks_of[src] = marks
         if wrapper and nested and any(d.kind == "dynamic" for d in marks.dims.values()):
             raise PolicyViolationError(
                 f"{self.render(src)} is a wrapper inside a wrapper marked with mark_dynamic on "
@@ -176,6 +187,8 @@ class _Walker:
             self.add(InnerNames(src, tuple(names)))
         kinds, stride_dyn = self._kinds(t, src, marks)
         shape = self.sim.tensor(src, t, kinds, stride_dyn)
+        if shape.free_stride:
+            self.add(Layout(src, bool(t.is_contiguous())))
         keys = None if _compat.is_fake(t) else _compat.dispatch_keys(t)
         tm = TensorMatch(src, cls, keys, t.dtype, t.device, t.requires_grad,
                          tuple(shape.static_sizes()), tuple(shape.static_strides()))
@@ -238,21 +251,73 @@ class _Walker:
         fn = getattr(type(t), "__inner_shapes__", None)
         if fn is None:
             return
+        names, ctx = t.__tensor_flatten__()
         shapes = {s.source: s for s in self.sim.tensors}
         outer = shapes.get(src)
-        if outer is None or all(isinstance(x, int) or x.is_Integer for x in outer.sizes):
+        if outer is None or all(x.is_Integer for x in outer.sizes):
             return  # all outer sizes static: TENSOR_MATCH already pins every inner size
         try:
-            expect = fn(t.size(), t.__tensor_flatten__()[1])
+            expect = fn(t.size(), ctx)
         except Exception:
             return
-        for name in t.__tensor_flatten__()[0]:
+        for name in names:
             inner = shapes.get(InnerSource(name, src))
             if inner is None or name not in expect:
                 continue
             for d in range(min(len(expect[name]), len(inner.sizes))):
                 self.add(Relation(src, type(t), name, d))
+                if inner.sizes[d].is_Integer:
+                    self._pinned(src, t, fn, ctx, outer, name, d, int(inner.sizes[d]), names)
 
+    def _pinned(self, src, t, fn, ctx, outer, name, d, c, names) -> None:
+        # A static inner size c = f(outer sizes) is a guard on the outer symbols. When
+        # only the current value satisfies it (f(v-1) and f(v+1) both differ), the symbol
+        # is pinned to a constant; dynamo refuses that for a mark_dynamic dim
+        # (ConstraintViolationError), on the outer tensor or an inner one equal to it.
+        size = list(t.size())
+        for k, e in enumerate(outer.sizes):
+            if e.is_Integer:
+                continue
+            v = size[k]
+            alive = False
+            for w in (v - 1, v + 1):
+                if w < 2:
+                    continue
+                try:
+                    alive = fn(torch.Size(size[:k] + [w] + size[k + 1:]), ctx)[name][d] == c
+                except Exception:
+                    alive = True
+                if alive:
+                    break
+            if alive:
+                continue
+            strict = [SizeSource(src, k)] if self._strict(src, k) else []
+            for other in names:
+                isrc = InnerSource(other, src)
+                m = self.marks_of.get(isrc)
+                for j, dr in (m.dims.items() if m else ()):
+                    if dr.kind == "dynamic" and getattr(t, other).size(j) == v and self._identity(fn, t, ctx, other, j, k):
+                        strict.append(SizeSource(isrc, j))
+            if strict:
+                raise PolicyViolationError(
+                    f"{self.render(SizeSource(src, k))} = {v} is pinned to that one value by "
+                    f"{type_name(type(t), short=True)}.__inner_shapes__ ({self.render(SizeSource(InnerSource(name, src), d))}"
+                    f" = {c} holds for no other size), but {', '.join(self.render(s) for s in strict)} "
+                    "is marked with mark_dynamic; dynamo raises ConstraintViolationError. Use "
+                    "maybe_mark_dynamic, or a size the relation does not pin."
+                )
+
+    def _strict(self, src, k) -> bool:
+        m = self.marks_of.get(src)
+        return m is not None and k in m.dims and m.dims[k].kind == "dynamic"
+
+    @staticmethod
+    def _identity(fn, t, ctx, name, j, k) -> bool:
+        probe = [10007 + 30 * i for i in range(t.dim())]
+        try:
+            return fn(torch.Size(probe), ctx)[name][j] == probe[k]
+        except Exception:
+            return False
 
 def collect(roots, *, dynamic: bool | None, state: FrameState | None,
             render: Callable[[Source], str]) -> Collected:

@@ -46,6 +46,7 @@ __all__ = [
     "NoAliasing",
     "ShapeEquality",
     "ShapeRange",
+    "Layout",
     "Relation",
     "fmt",
 ]
@@ -592,6 +593,34 @@ class ShapeEquality(Guard):
 
     def canonical(self, r):
         return ["eq", r(self.source), render_expr(self.expr, self.first, r)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout(Guard):
+    """``v.is_contiguous()`` keeps its value, for a tensor whose stride is a free symbol.
+
+    Not an input guard of dynamo's own: the traced code adds it. Elementwise ops decide the
+    output layout by asking whether such an input is contiguous, which guards the free
+    stride against the contiguous one (``x.stride()[0] != 2``). Every op on the tensor does
+    this, so the kit models it rather than predict a reuse dynamo will refuse.
+    """
+
+    source: Source
+    contiguous: bool
+    kind = "layout"
+
+    def emit(self, cg):
+        cg.check(f"{cg.var(self.source)}.is_contiguous() is {self.contiguous}")
+
+    def failures(self, root, r):
+        got = self.source(root).is_contiguous()
+        return [] if got == self.contiguous else [line(r, CallSource(self.source, "is_contiguous"), str(self.contiguous), str(got))]
+
+    def describe(self, r):
+        return f"{r(self.source)}.is_contiguous() == {self.contiguous}"
+
+    def canonical(self, r):
+        return ["layout", r(self.source), self.contiguous]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,6 +53,7 @@ class TensorShape:
     strides: list
     offset: Any
     match: bool  # False for a view's ``_base``: no TENSOR_MATCH, only symbolic guards
+    free_stride: bool = False  # some stride is a symbol of its own, not a product of sizes
 
     def static_sizes(self) -> list:
         return [int(s) if _is_int(s) else None for s in self.sizes]
@@ -123,6 +124,14 @@ class ShapeSim:
         if kind == DimKind.UNBACKED:
             return self._new(value, None, None, unbacked=True).sym
         if value in (0, 1):
+            if lo is not None or hi is not None:
+                # A ranged mark_dynamic is a StrictMinMaxConstraint: dynamo refuses to let
+                # it become a constant, 0/1 included (an unranged mark may specialize).
+                raise PolicyViolationError(
+                    f"{source.name()} = {value} is marked dynamic with a range "
+                    f"[{lo}, {hi}] but sizes 0 and 1 are specialized; dynamo raises "
+                    "ConstraintViolationError. Drop the range or use maybe_mark_dynamic."
+                )
             return sympy.Integer(value)  # 0/1 specialization, even for a marked dim
         duck = kind == DimKind.DUCK and self.duck
         if duck and value in self._val_to_var:
@@ -168,10 +177,11 @@ class ShapeSim:
             for i, (v, (k, lo, hi)) in enumerate(zip(ex_size, kinds))
         ]
         all_static = all(k == DimKind.STATIC for k, _, _ in kinds)
+        self._free = False
         strides = self._strides(source, sizes, ex_size, ex_stride, stride_dynamic, all_static)
         off_kind = DimKind.STATIC if all_static else DimKind.DUCK
         off = self.create(raw_off[0], StorageOffsetSource(source), off_kind)
-        shape = TensorShape(source, sizes, strides, off, match)
+        shape = TensorShape(source, sizes, strides, off, match, self._free)
         self.tensors.append(shape)
         return shape
 
@@ -195,6 +205,7 @@ class ShapeSim:
                 else:
                     kind = DimKind.STATIC if all_static else DimKind.DUCK
                 st = self.create(val, StrideSource(source, i), kind)
+                self._free = self._free or not st.is_Integer
             out[i] = st
             candidates[ex_size[i] * val] = sympy.expand(sizes[i] * st)
         return out

@@ -50,6 +50,7 @@ class RecompileReport:
     backend: str
     dynamic: bool | None
     frame_count: int = 0
+    guard_sets: list = field(default_factory=list)  # the kit's predicted entries, oldest first
 
     @property
     def agrees(self) -> bool:
@@ -191,4 +192,5 @@ def explain_recompiles(fn: Callable, inputs_sequence: Iterable, *, backend: str 
                 predicted_error=pred_err,
                 output=out,
             ))
-    return RecompileReport(records, backend, dynamic, frame_count=int(counter.frame_count))
+    return RecompileReport(records, backend, dynamic, frame_count=int(counter.frame_count),
+                           guard_sets=list(predictor.entries))

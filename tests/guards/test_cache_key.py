@@ -1,0 +1,106 @@
+"""guards.cache_key: stable across processes, equal exactly when one artifact may serve."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+import guards
+import symbolic
+from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+def _keys_in_subprocess(seed: str) -> dict:
+    code = (
+        "import json, sys; sys.path.insert(0, %r); import _guards_keys, guards; "
+        "print(json.dumps({k: guards.cache_key(v) for k, v in _guards_keys.values().items()}))" % str(HERE)
+    )
+    env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(ROOT))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.dist
+def test_keys_equal_across_processes_with_different_hash_seeds():
+    import _guards_keys
+
+    a = _keys_in_subprocess("1")
+    b = _keys_in_subprocess("12345")
+    assert a == b
+    here = {k: guards.cache_key(v) for k, v in _guards_keys.values().items()}
+    assert here == a
+    assert len(set(a.values())) == len(a)  # and the values are told apart
+
+
+def bs(rows, block=32, dtype=torch.float32):
+    return BlockScaled.from_float(torch.randn(rows, 8, dtype=dtype).float(), block=block)
+
+
+def test_key_differs_on_meta_dtype_and_static_size():
+    k = guards.cache_key(bs(64))
+    assert k == guards.cache_key(bs(64))
+    assert k != guards.cache_key(bs(64, block=16))  # meta value
+    assert k != guards.cache_key(bs(65))  # static size
+    s = ScaledTensor.from_float(torch.randn(5, 3))
+    assert guards.cache_key(s) != guards.cache_key(ScaledTensor(s.qdata, s.scale.half(), dtype=torch.float32))  # inner dtype
+    assert guards.cache_key(torch.ones(3)) != guards.cache_key(torch.ones(3, dtype=torch.float64))  # dtype
+    assert guards.cache_key(TwoTensor(torch.ones(2), torch.ones(2))) != guards.cache_key(
+        TwoTensor(torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)))
+
+
+def test_key_equal_when_only_a_dynamic_size_differs():
+    a, b = bs(64), bs(96)
+    symbolic.mark_dynamic(a, 0)
+    symbolic.mark_dynamic(b, 0)
+    assert guards.cache_key(a) == guards.cache_key(b)
+    one = bs(1)  # size 1 is specialized even when marked
+    symbolic.mark_dynamic(one, 0)
+    assert guards.cache_key(one) != guards.cache_key(a)
+    x, y = torch.ones(8, 3), torch.ones(9, 3)
+    torch._dynamo.mark_dynamic(x, 0)
+    assert guards.cache_key(x) != guards.cache_key(y)  # y carries no mark: static
+    torch._dynamo.mark_dynamic(y, 0)
+    assert guards.cache_key(x) == guards.cache_key(y)
+
+
+def test_key_follows_duck_sizing():
+    same = (torch.ones(4), torch.ones(4))
+    assert guards.cache_key(same, dynamic=True) == guards.cache_key((torch.ones(9), torch.ones(9)), dynamic=True)
+    assert guards.cache_key(same, dynamic=True) != guards.cache_key((torch.ones(4), torch.ones(5)), dynamic=True)
+
+
+def test_key_of_fake_tensors_with_symbolic_sizes():
+    # What AOTAutograd hands _stable_hash_for_caching while tracing.
+    def fake(rows, block):
+        mode = FakeTensorMode(shape_env=ShapeEnv())
+        return mode.from_tensor(bs(rows, block))
+
+    assert guards.cache_key(fake(64, 32)) == guards.cache_key(fake(96, 32))
+    assert guards.cache_key(fake(64, 32)) != guards.cache_key(fake(64, 16))
+
+
+class _Opaque:
+    pass
+
+
+def test_unstable_ctx_value_names_the_class():
+    from test_build import Scaled
+
+    x = Scaled(torch.ones(2, 2), torch.ones(2, 1), block=_Opaque())
+    with pytest.raises(guards.UnstableKeyError, match=r"the ctx of test_build\.Scaled holds <.*_Opaque object"):
+        guards.cache_key(x)
+
+
+def test_payload_is_canonical_json_with_version():
+    payload = json.loads(guards.cache_key_payload(torch.ones(2, 3)))
+    assert payload["version"] == 1
+    assert payload["guards"][0] == ["tensor", "L['x']", "torch.Tensor", "torch.float32", "cpu", False, [2, 3], [3, 1]]

@@ -1,0 +1,56 @@
+"""The kit's predicted recompiles equal dynamo's, call by call, on generated sequences.
+
+Each example is a compile mode (dynamic False/None/True) and a few related calls: plain
+tensors, torch's TwoTensor, the kit's exemplars and a nested wrapper, over shapes,
+layouts, dtypes, requires_grad, meta values, marks and non-tensor leaves. For every call we
+also check that the compiled result equals eager and that every predicted GuardSet's
+``check`` agrees with its ``explain``.
+"""
+
+import logging
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, seed, settings
+
+import guards
+
+import _guards_gen as _gen
+
+_SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(HealthCheck), print_blob=True)
+
+
+def _run(seq):
+    dynamic, calls = seq
+    fn = _gen.fn1 if calls[0].leaf is None else _gen.fn2
+    inputs = [_gen.args_of(c, i) for i, c in enumerate(calls)]
+    report = guards.explain_recompiles(fn, inputs, backend="eager", dynamic=dynamic)
+    assert report.agrees, f"\n{report}"
+    for args, rec in zip(inputs, report.calls):
+        if rec.error is None:
+            assert _gen.same(_gen.dense(rec.output), _gen.dense(fn(*args))), rec.index
+        for gs in report.guard_sets:
+            assert gs.check(args) == (gs.explain(args) == []), (gs.explain(args), gs.code)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_dynamo():
+    # dynamo logs every refused input at ERROR level; those refusals are expected here.
+    logging.disable(logging.ERROR)
+    yield
+    logging.disable(logging.NOTSET)
+
+
+@seed(20240611)
+@settings(max_examples=300, derandomize=False, **_SETTINGS)
+@given(_gen.sequences())
+def test_predicted_recompiles_equal_dynamo(seq):
+    _run(seq)
+
+
+@pytest.mark.slow
+@seed(7)
+@settings(max_examples=300, derandomize=False, **_SETTINGS)
+@given(_gen.sequences(max_calls=6))
+def test_predicted_recompiles_equal_dynamo_longer(seq):
+    _run(seq)
