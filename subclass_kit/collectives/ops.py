@@ -18,7 +18,6 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
-import torch.distributed as dist
 
 from ..compiling import is_compiling
 from . import _compat
@@ -81,6 +80,12 @@ def _issue(where: str, group: GroupRef, fn, *args):
     return pending(out, (where, group))
 
 
+def _nograd(t: torch.Tensor) -> torch.Tensor:
+    # torch 2.13 registers autograd on the native ops; the plain collectives stay
+    # non-differentiable (the *_autograd variants define their own backward).
+    return t.detach() if t.requires_grad else t
+
+
 def _check_dim(t: torch.Tensor, dim: int, where: str, what: str) -> int:
     nd = t.dim()
     if not -nd <= dim < max(nd, 1):
@@ -111,7 +116,7 @@ def all_reduce(t: torch.Tensor, op, group: GroupLike = None, *, mesh_dim=None) -
     """
     g = resolve_group(group, mesh_dim, where="all_reduce")
     name = _reduce_op(op, "all_reduce")
-    return _issue("all_reduce", g, _all_reduce, t.detach(), name, g.name)
+    return _issue("all_reduce", g, _all_reduce, _nograd(t), name, g.name)
 
 
 def _chunk_cat(out: torch.Tensor, n: int, dim: int) -> torch.Tensor:
@@ -137,7 +142,7 @@ def all_gather_tensor(t: torch.Tensor, gather_dim: int, group: GroupLike = None,
     """
     g = resolve_group(group, mesh_dim, where="all_gather_tensor")
     gather_dim = _check_dim(t, gather_dim, "all_gather_tensor", "gather_dim")
-    res = _issue("all_gather_tensor", g, _all_gather, t.detach().contiguous(), g.size, g.name)
+    res = _issue("all_gather_tensor", g, _all_gather, _nograd(t).contiguous(), g.size, g.name)
     if gather_dim == 0:
         return res
     if isinstance(res, AsyncCollectiveTensor):
@@ -166,7 +171,7 @@ def reduce_scatter_tensor(t: torch.Tensor, op, scatter_dim: int, group: GroupLik
             f"{tuple(t.shape)}) must be divisible by the group size {g.size}; pad it or pick "
             "another scatter_dim."
         )
-    x = t.detach()
+    x = _nograd(t)
     if scatter_dim != 0:
         # The native op scatters dim 0: bring rank i's chunk of scatter_dim to block i of dim 0.
         x = torch.cat(torch.chunk(x, g.size, dim=scatter_dim), dim=0)
@@ -204,8 +209,8 @@ def _splits(t, output_split_sizes, input_split_sizes, g: GroupRef, where: str):
 
 def all_to_all_single(
     t: torch.Tensor,
-    output_split_sizes: "Sequence[int] | None",
-    input_split_sizes: "Sequence[int] | None",
+    output_split_sizes: Sequence[int] | None,
+    input_split_sizes: Sequence[int] | None,
     group: GroupLike = None,
     *,
     mesh_dim=None,
@@ -226,7 +231,7 @@ def all_to_all_single(
     where = "all_to_all_single"
     g = resolve_group(group, mesh_dim, where=where)
     out_s, in_s = _splits(t, output_split_sizes, input_split_sizes, g, where)
-    return _issue(where, g, _all_to_all, t.detach().contiguous(), out_s, in_s, g.name)
+    return _issue(where, g, _all_to_all, _nograd(t).contiguous(), out_s, in_s, g.name)
 
 
 def broadcast(t: torch.Tensor, src: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
@@ -244,7 +249,7 @@ def broadcast(t: torch.Tensor, src: int, group: GroupLike = None, *, mesh_dim=No
             f"subclass_kit.collectives.broadcast: src={src} is not a rank of the group "
             f"{g.name!r} (ranks 0..{g.size - 1} within the group)."
         )
-    return _issue("broadcast", g, _broadcast, t.detach().contiguous(), src, g.name)
+    return _issue("broadcast", g, _broadcast, _nograd(t).contiguous(), src, g.name)
 
 
 def wait_tensor(t: torch.Tensor) -> torch.Tensor:

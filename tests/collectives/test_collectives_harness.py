@@ -1,7 +1,6 @@
 """The harness itself: results come back in rank order, failures carry the child's
 traceback, and every process is reaped whatever happens."""
 
-import os
 import time
 
 import pytest
