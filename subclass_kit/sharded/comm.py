@@ -48,7 +48,8 @@ def gather_shards(local: torch.Tensor, mesh: MeshRef, mesh_dim: int, dim: int, n
     out = waited(_coll.all_gather_tensor(padded, dim, mesh.group_names[mesh_dim]))
     if type(n) is int and type(full) is int and n == full * k:
         return out
-    return out.narrow(dim, 0, n)
+    # A fresh buffer either way: keep it compact so views of it stay possible.
+    return out.narrow(dim, 0, n).contiguous()
 
 
 def reduce_partial(local: torch.Tensor, mesh: MeshRef, mesh_dim: int, op: str) -> torch.Tensor:

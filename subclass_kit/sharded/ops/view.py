@@ -117,7 +117,13 @@ def reshape_like(func, types, args, kwargs):
     for d, e in moves.items():
         size[e] = local.size(d)
     pl = _shift(pl, moves.__getitem__)
-    return _finish(func, args, kwargs, func(local, size), meta, pl)
+    try:
+        res = func(local, size)
+    except RuntimeError:
+        # The global view is valid but this shard's strides do not allow it (a chunk cut
+        # out of a wider tensor): view a compact copy, as reshape would.
+        res = func(local.contiguous(), size)
+    return _finish(func, args, kwargs, res, meta, pl)
 
 
 @ShardedTensor.implements(aten.expand.default)

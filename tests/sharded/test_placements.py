@@ -1,0 +1,140 @@
+"""Placements, mesh descriptors and shard arithmetic: value semantics, validation with
+teaching errors, torch.chunk-exact sizes, and the shape relations symbolic reads."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import sympy
+import torch
+from expecttest import assert_expected_inline
+
+import guards
+import symbolic
+from subclass_kit import SubclassKitError
+from subclass_kit.ctx import canonical_value
+from subclass_kit.sharded import (
+    MeshRef,
+    Partial,
+    PlacementError,
+    Replicate,
+    Shard,
+    ShardedTensor,
+    ShardShapeError,
+)
+from subclass_kit.sharded.layout import chunk_size, chunk_start, local_shape
+from subclass_kit.sharded.placements import normalize_placements
+from symbolic import size_symbol
+
+from ._meshes import fake_mesh
+
+
+@pytest.mark.parametrize("value", [Shard(0), Shard(-1), Replicate(), Partial(), Partial("max"), fake_mesh(2), MeshRef.local()], ids=repr)
+def test_ctx_values_are_hashable_picklable_and_equal_after_deepcopy(value):
+    assert pickle.loads(pickle.dumps(value)) == value
+    assert copy.deepcopy(value) == value and hash(copy.deepcopy(value)) == hash(value)
+    # Canonical forms carry no addresses, so cache keys are the same in every process.
+    assert " at 0x" not in repr(canonical_value(value))
+    assert not any(isinstance(v, torch.Tensor) for v in vars(value).values())
+
+
+def test_equality_is_by_value_and_kind():
+    assert Shard(1) == Shard(1) and Shard(1) != Shard(0)
+    assert Partial() == Partial("sum") and Partial("sum") != Partial("avg")
+    assert Replicate() != Partial() and len({Shard(0), Shard(0), Replicate()}) == 2
+    assert fake_mesh(2) != fake_mesh(3)
+
+
+def test_bad_placement_values():
+    with pytest.raises(PlacementError, match="op must be one of"):
+        Partial("mean")
+    with pytest.raises(PlacementError, match="takes an int"):
+        Shard(0.5)
+
+
+def _err(fn) -> str:
+    with pytest.raises(SubclassKitError) as info:
+        fn()
+    assert isinstance(info.value, ValueError)  # catchable as the builtin too
+    return str(info.value)
+
+
+def test_placement_validation_messages():
+    n = normalize_placements
+    assert n([Shard(-1), Replicate()], 2, 3, what="demo") == (Shard(2), Replicate())
+    assert_expected_inline(_err(lambda: n([Shard(0)], 2, 2, what="ShardedTensor.from_local")), """\
+ShardedTensor.from_local: got 1 placements (Shard(0),) for a 2-D mesh; pass exactly one placement per mesh dimension (2).""")
+    assert_expected_inline(_err(lambda: n([Shard(2)], 1, 2, what="ShardedTensor.from_local")), """\
+ShardedTensor.from_local: placements[0] = Shard(2) is out of range for a 2-D tensor (valid dims are -2..1). Shard a dimension the tensor has.""")
+    assert_expected_inline(_err(lambda: n([Shard(0), Shard(-2)], 2, 2, what="distribute")), """\
+distribute: tensor dim 0 is sharded by mesh dims 0 and 1 ((Shard(0), Shard(-2))); sharding one tensor dim over several mesh dims is not supported. Shard different tensor dims, or flatten those mesh dims into one.""")
+    assert "one placement per mesh dim" in _err(lambda: n(Shard(0), 1, 2, what="demo"))
+    assert "use Shard(dim), Replicate() or Partial(op)" in _err(lambda: n(["Shard(0)"], 1, 2, what="demo"))
+
+
+def test_torch_dtensor_placements_convert():
+    from torch.distributed.tensor import Partial as TPartial, Replicate as TReplicate, Shard as TShard
+
+    assert normalize_placements([TShard(1)], 1, 2, what="t") == (Shard(1),)
+    assert normalize_placements([TReplicate(), TPartial()], 2, 2, what="t") == (Replicate(), Partial("sum"))
+
+
+def test_chunk_sizes_match_torch_chunk():
+    for n in range(0, 14):
+        for k in range(1, 6):
+            chunks = list(torch.arange(n).chunk(k)) if n else []
+            sizes = [len(c) for c in chunks] + [0] * (k - len(chunks))
+            assert [chunk_size(n, k, c) for c in range(k)] == sizes, (n, k)
+            for c in range(k):
+                if sizes[c]:
+                    assert chunk_start(n, k, c) == chunks[c][0].item(), (n, k, c)
+    assert local_shape((5, 7), (Replicate(), Shard(1)), (2, 3), (1, 2)) == (5, 1)
+
+
+def _st(global_shape, placements, mesh, coord):
+    local = torch.zeros(local_shape(global_shape, placements, mesh.shape, coord))
+    return ShardedTensor(local, mesh, placements, coord, size=global_shape)
+
+
+def test_relations_tie_the_local_shard_to_the_global_shape():
+    s0, s1 = size_symbol("", 0), size_symbol("", 1)
+    m2, m3 = fake_mesh(2), fake_mesh(3)
+    first = symbolic.relations(_st((8, 4), (Shard(0),), m2, (0,)))
+    assert_expected_inline(str(first), """[Eq(local_0, ceiling(s0/2)), Eq(local_1, s1)]""")
+    # The second of two ranks holds the rest; the middle of three is clamped both ways.
+    last = symbolic.relations(_st((7, 4), (Shard(0),), m2, (1,)))
+    assert_expected_inline(str(last[0]), """Eq(local_0, s0 + floor(-s0/2))""")
+    assert all(last[0].rhs.subs(s0, n) == n // 2 for n in range(1, 12))
+    middle = symbolic.relations(_st((4, 10), (Shard(1),), m3, (1,)))
+    assert middle[0].rhs == s0
+    for cols in (1, 2, 3, 9, 10, 11):
+        assert middle[1].rhs.subs(s1, cols) == chunk_size(cols, 3, 1)
+    assert symbolic.relations(_st((8, 4), (Replicate(),), m2, (1,))) == [sympy.Eq(size_symbol("local", 0), s0), sympy.Eq(size_symbol("local", 1), s1)]
+
+
+def test_derived_marking_makes_the_local_dim_dynamic_with_the_global_one():
+    x = _st((8, 4), (Shard(0),), fake_mesh(2), (0,))
+    symbolic.mark_dynamic(x, [0])
+    assert 0 in getattr(x.local, "_dynamo_dynamic_indices", set())
+    assert 1 not in getattr(x.local, "_dynamo_dynamic_indices", set())
+
+
+def test_ctx_distinguishes_placements_mesh_and_coordinate_in_cache_keys():
+    m = fake_mesh(2)
+    base = _st((8, 4), (Shard(0),), m, (0,))
+    keys = {
+        guards.cache_key(base),
+        guards.cache_key(_st((8, 4), (Shard(1),), m, (0,))),
+        guards.cache_key(_st((8, 4), (Shard(0),), m, (1,))),
+        guards.cache_key(_st((8, 4), (Shard(0),), fake_mesh(4), (0,))),
+    }
+    assert len(keys) == 4
+    assert guards.cache_key(base) == guards.cache_key(_st((8, 4), (Shard(0),), m, (0,)))
+
+
+def test_direct_construction_checks_the_local_shape():
+    with pytest.raises(SubclassKitError, match="__inner_shapes__ expects"):
+        ShardedTensor(torch.zeros(3, 4), fake_mesh(2), [Shard(0)], (0,), size=(8, 4))
+    assert isinstance(ShardShapeError("x"), ValueError)
