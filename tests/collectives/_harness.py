@@ -20,7 +20,8 @@ mode ends with every process reaped:
   :class:`RankFailure` says which ranks had not answered.
 
 After any failure the world is closed (a broken collective leaves the group unusable) and
-:func:`world` hands out a fresh one next time. Ranks also kill themselves if the pytest
+:func:`world` hands out a fresh one next time. :func:`run_alone` runs one function in a
+fresh process with no process group at all. Ranks also kill themselves if the pytest
 process disappears, so an interrupted run leaves no orphans.
 """
 
@@ -41,7 +42,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-__all__ = ["World", "RankFailure", "world", "close_all", "pid_alive"]
+__all__ = ["World", "RankFailure", "world", "close_all", "pid_alive", "run_alone"]
 
 # Short enough that a hung collective fails a test quickly, long enough for a loaded
 # 2-core machine to finish a compile on one rank while the other waits in a collective.
@@ -272,6 +273,42 @@ class World:
         for c in self._conns:
             c.close()
         self._store = None
+
+
+def _alone_main(fn, args, conn, parent_pid):
+    _die_with(parent_pid)
+    try:
+        conn.send(("ok", fn(*args)))
+    except BaseException as e:  # noqa: BLE001 - reported to the parent verbatim
+        conn.send(("error", _describe(e)))
+
+
+def run_alone(fn: Callable, *args: Any, timeout: float = TASK_TIMEOUT):
+    """Run ``fn(*args)`` in a fresh process with no process group; return its result.
+
+    For checks that need torch.distributed *uninitialized*, whatever the test process
+    itself has set up. Raises RankFailure with the child's traceback if ``fn`` raises.
+    """
+    ctx = _context()
+    parent, child = ctx.Pipe()
+    p = ctx.Process(target=_alone_main, args=(fn, args, child, os.getpid()), daemon=True)
+    p.start()
+    child.close()
+    try:
+        if not parent.poll(timeout):
+            raise RankFailure(f"{getattr(fn, '__qualname__', fn)} did not finish within {timeout}s")
+        kind, value = parent.recv()
+    except EOFError:
+        p.join(5)
+        raise RankFailure(f"{getattr(fn, '__qualname__', fn)}: the process exited with code {p.exitcode}") from None
+    finally:
+        if p.is_alive():
+            p.kill()
+        p.join(5)
+        parent.close()
+    if kind != "ok":
+        raise RankFailure(f"{getattr(fn, '__qualname__', fn)} raised in its own process:\n{value}")
+    return value
 
 
 _WORLDS: dict[int, World] = {}
