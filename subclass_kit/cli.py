@@ -111,8 +111,7 @@ def _import_module(spec: str):
 
 def load_target(target: str):
     """The object named by ``MODULE:ATTR`` (ATTR may be dotted; MODULE may be a .py path)."""
-    if ":" not in target or target.endswith(":") or target.startswith(":"):
-        raise UsageError(f"target {target!r} must be MODULE:ATTR, e.g. mypkg.tensors:MyTensor")
+    _check_syntax(target)
     mod_name, attr = target.rsplit(":", 1)
     obj = _import_module(mod_name)
     for part in attr.split("."):
@@ -174,19 +173,29 @@ class _SingleRankGroup:
 
 
 # ---- check --------------------------------------------------------------------------------------
-def _cmd_check(args) -> int:
-    from .testing.report import format_row, format_summary
-    from .testing.runner import check_subjects
-    from .testing.subject import resolve
+def _check_syntax(target: str) -> None:
+    if ":" not in target or target.endswith(":") or target.startswith(":"):
+        raise UsageError(f"target {target!r} must be MODULE:ATTR, e.g. mypkg.tensors:MyTensor")
 
-    backends = tuple(args.backend) if args.backend else DEFAULT_BACKENDS
-    _validate_backends(backends)
+
+def _cmd_check(args) -> int:
+    # Usage errors that need no import come first, so they are reported instantly.
+    for t in args.targets:
+        _check_syntax(t)
     if args.json:
         folder = os.path.dirname(os.path.abspath(args.json))
         if not os.path.isdir(folder):
             raise UsageError(f"--json {args.json}: directory {folder} does not exist")
     sys.path.insert(0, os.getcwd())
     targets = [(t, load_target(t)) for t in args.targets] if args.targets else builtin_targets()
+    backends = tuple(args.backend) if args.backend else DEFAULT_BACKENDS
+    _validate_backends(backends)
+
+    from .testing.report import format_row, format_summary
+    from .testing.runner import check_subjects
+    from .testing.errors import SamplesError
+    from .testing.subject import resolve
+
     if not targets:
         raise UsageError("no targets given and no built-in exemplars found")
     needs_group = any(getattr(obj, "__module__", "").startswith(DISTRIBUTED_MODULES) for _, obj in targets)
@@ -203,6 +212,8 @@ def _cmd_check(args) -> int:
         for label, obj in targets:
             try:
                 subjects += resolve(obj)
+            except SamplesError as e:
+                raise UsageError(f"{label}: {e}") from None
             except Exception as e:
                 raise UsageError(f"{label}: cannot make samples: {type(e).__name__}: {_one_line(e)}") from None
         t0 = time.perf_counter()
@@ -247,6 +258,8 @@ def _cmd_check(args) -> int:
 
 
 def _validate_backends(backends) -> None:
+    if all(b in DEFAULT_BACKENDS for b in backends):
+        return
     import torch
 
     known = set(torch._dynamo.list_backends(exclude_tags=())) | set(DEFAULT_BACKENDS)
@@ -277,7 +290,8 @@ def _param_names(fn, n: int) -> tuple:
 
 
 def _cmd_explain(args) -> int:
-    _validate_backends((args.backend,))
+    _check_syntax(args.fn)
+    _check_syntax(args.inputs)
     sys.path.insert(0, os.getcwd())
     fn = load_target(args.fn)
     if not callable(fn):
@@ -289,6 +303,7 @@ def _cmd_explain(args) -> int:
     except Exception as e:
         raise UsageError(f"{args.inputs}: cannot make the inputs: {type(e).__name__}: {_one_line(e)}") from None
     dynamic = {"auto": None, "true": True, "false": False}[args.dynamic]
+    _validate_backends((args.backend,))
     import guards
 
     build_call = getattr(guards, "build_call", None)

@@ -14,7 +14,7 @@ import torch
 
 from . import _compat
 from .compare import dense_difference, difference
-from .compiled import explain_error
+from .compiled import explain_error, usable_cases
 from .runner import Check, Fail, Skip
 from .subject import dense, describe, flatten
 
@@ -28,11 +28,7 @@ def plan(run) -> list:
         return [Check("backward.eager", _off, ()), Check(f"backward.compiled[{run.compile_backend()}]", _off, ())]
     return [
         Check("backward.eager", _eager, ("protocol.flatten",)),
-        Check(
-            f"backward.compiled[{run.compile_backend()}]",
-            _compiled,
-            ("protocol.flatten", "backward.eager", f"compile[{run.compile_backend()}]"),
-        ),
+        Check(f"backward.compiled[{run.compile_backend()}]", _compiled, ("protocol.flatten", "backward.eager")),
     ]
 
 
@@ -40,8 +36,9 @@ def _off(run):
     raise Skip("turned off (backward=False)")
 
 
-def _pick(run):
-    diff = [c for c in run.compile_cases() if c.differentiable]
+def _pick(run, compiled: bool = False):
+    cases = usable_cases(run, run.compile_backend()) if compiled else run.compile_cases()
+    diff = [c for c in cases if c.differentiable]
     if not diff:
         raise Skip("no differentiable op (add, mul, neg, sum, mm) passed its eager check")
     diff.sort(key=lambda c: _PREFERRED.index(c.label) if c.label in _PREFERRED else len(_PREFERRED))
@@ -136,7 +133,7 @@ def _tangent_mismatch(run, case, x) -> tuple:
 
 
 def _compiled(run):
-    case, x = _pick(run)
+    case, x = _pick(run, compiled=True)
     backend = run.compile_backend()
     eager_grad, _ = _backward(case.call, x, case.label)
     _compat.dynamo_reset()

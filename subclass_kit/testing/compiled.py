@@ -21,7 +21,7 @@ from .ops import VIEW
 from .runner import Check, Fail, Skip
 from .subject import describe, flatten
 
-__all__ = ["plan", "composite", "explain_error", "compile_and_run"]
+__all__ = ["plan", "composite", "explain_error", "compile_and_run", "usable_cases", "guard_cases"]
 
 
 def plan(run) -> list:
@@ -166,6 +166,17 @@ def _as_strided_probe(case, x) -> str:
     return d or ""
 
 
+def _as_strided_unsupported(run, case, e, backend) -> tuple:
+    return (
+        f"{case.label}: compiled with backend={backend!r}, returning this view of an input fails: "
+        f"{_first_line(e)}. AOTAutograd regenerates a compiled output that aliases an input from "
+        f"the input itself, with aten.as_strided(x, size, stride, storage_offset), which {run.name} "
+        "does not support",
+        f"support aten.as_strided.default on {run.name} (at least for the geometries of its view "
+        "ops), or do not return views of compiled inputs (return x.t().clone())",
+    )
+
+
 def explain_difference(run, case, d: str, backend: str, x=None) -> tuple:
     """``(what, fix)`` for a compiled result that differs from eager by ``d``."""
     label = f"{case.label}: " if case is not None else ""
@@ -195,21 +206,53 @@ def compile_and_run(fn, args, *, backend: str, dynamic=None):
     return cfn(*args), cnt, cfn
 
 
-def _culprit(run, cases, x, backend: str):
-    """Compile each case alone; the first that fails or differs, with its reason."""
-    if len(cases) < 2:
-        return None
+def _culprits(run, cases, x, backend: str) -> list:
+    """Compile each case alone: ``(case, (what, fix))`` for every one that fails or differs."""
+    out = []
     for c in cases:
         _compat.dynamo_reset()
         fn = composite([c])
         try:
             got, _, _ = compile_and_run(fn, (x,), backend=backend)
         except Exception as e:
-            return c, explain_error(e, backend=backend, where=c.label, replay=(c.call, x))
+            if c.kind == VIEW and "as_strided" in str(e):
+                out.append((c, _as_strided_unsupported(run, c, e, backend)))
+            else:
+                out.append((c, explain_error(e, backend=backend, where=c.label, replay=(c.call, x))))
+            continue
         d = difference(got, fn(x))
         if d:
-            return c, explain_difference(run, c, d, backend, x)
-    return None
+            out.append((c, explain_difference(run, c, d, backend, x)))
+    return out
+
+
+def usable_cases(run, backend: str) -> list:
+    """The ops the other compile checks may use: those compile[backend] did not flag.
+    Raises Skip when compile[backend] failed without naming single ops."""
+    bad = run.state.get("compile_bad", {}).get(backend)
+    if bad is None:
+        return run.compile_cases()
+    if bad == "all":
+        raise Skip(f"compile[{backend}] failed for the ops together but for none alone; fix that first")
+    return [c for c in run.compile_cases() if c.label not in bad]
+
+
+def _fail_with_culprits(run, cases, x, backend, what, fix):
+    found = _culprits(run, cases, x, backend)
+    bad = run.state.setdefault("compile_bad", {})
+    if not found:
+        bad[backend] = "all"
+        raise Fail(what, fix)
+    bad[backend] = {c.label for c, _ in found}
+    c, (what1, fix1) = found[0]
+    what = what1 if what1.startswith(c.label) else f"{c.label}: {what1}"
+    if "graph break" in what:
+        reasons = _compat.graph_break_reasons(composite([c]), x)
+        if reasons:
+            what += f" [without fullgraph: {len(reasons)} graph break(s): {reasons[0]}]"
+    if len(found) > 1:
+        what += f" (also failing alone: {', '.join(o.label for o, _ in found[1:])})"
+    raise Fail(what, fix1 or fix)
 
 
 def _compile_check(run, backend: str):
@@ -225,19 +268,11 @@ def _compile_check(run, backend: str):
         got, cnt, cfn = compile_and_run(fn, (x,), backend=backend)
     except Exception as e:
         what, fix = explain_error(e, backend=backend, where=where)
-        found = _culprit(run, cases, x, backend)
-        if found:
-            c, (what1, fix1) = found
-            what, fix = (what1 if what1.startswith(c.label) else f"{c.label}: {what1}"), fix1 or fix
-        if "graph break" in what:
-            reasons = _compat.graph_break_reasons(composite([found[0]]) if found else fn, x)
-            if reasons:
-                what += f" [without fullgraph: {len(reasons)} graph break(s): {reasons[0]}]"
-        raise Fail(what, fix) from None
+        _fail_with_culprits(run, cases, x, backend, what, fix)
     d = difference(got, expected)
     if d:
-        found = _culprit(run, cases, x, backend)
-        raise Fail(*(found[1] if found else explain_difference(run, None, d, backend)))
+        what, fix = explain_difference(run, None, d, backend)
+        _fail_with_culprits(run, cases, x, backend, what, fix)
     names, ctx = flatten(x)
     copy_ = type(x).__tensor_unflatten__({n: getattr(x, n) for n in names}, ctx, x.shape, x.stride())
     cfn(x)

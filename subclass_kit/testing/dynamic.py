@@ -19,7 +19,7 @@ import torch
 
 from . import _compat
 from .compare import difference
-from .compiled import composite, compile_and_run, explain_error, guard_cases
+from .compiled import composite, compile_and_run, explain_error, guard_cases, usable_cases
 from .runner import Check, Fail, Skip
 from .subject import describe, flatten, inner_shapes_for, resized
 
@@ -33,10 +33,10 @@ def plan(run) -> list:
     req = ("protocol.flatten", "protocol.round_trip_symbolic")
     checks = []
     if run.dynamic:
-        checks.append(Check(f"compile.dynamic_sweep[{b}]", _sweep, req + (f"compile[{b}]",)))
+        checks.append(Check(f"compile.dynamic_sweep[{b}]", _sweep, req))
     else:
         checks.append(Check(f"compile.dynamic_sweep[{b}]", _off("dynamic=False"), ()))
-    checks.append(Check(f"compile.meta_change[{b}]", _meta_change, ("protocol.flatten", f"compile[{b}]")))
+    checks.append(Check(f"compile.meta_change[{b}]", _meta_change, ("protocol.flatten",)))
     return checks
 
 
@@ -70,7 +70,7 @@ def sweep_sizes(x, count: int = 3) -> list:
         >>> import torch
         >>> from torch.testing._internal.two_tensor import TwoTensor
         >>> sweep_sizes(TwoTensor(torch.ones(4, 6), torch.ones(4, 6)))
-        [4, 131, 259]
+        [4, 132, 259]
     """
     start = max(2, int(x.shape[0]))
     groups: dict = {}
@@ -89,7 +89,7 @@ def sweep_sizes(x, count: int = 3) -> list:
 
 
 def _sweep(run):
-    cases = run.compile_cases()
+    cases = usable_cases(run, run.compile_backend())
     if not cases:
         raise Skip("no op passed its eager check, so there is nothing to compile")
     base = next((x for x in run.samples if x.dim() >= 1), None)
@@ -148,7 +148,7 @@ def _differs(a, b) -> bool:
 
 
 def _meta_change(run):
-    cases = run.compile_cases()
+    cases = usable_cases(run, run.compile_backend())
     if not cases:
         raise Skip("no op passed its eager check, so there is nothing to compile")
     x0 = run.first

@@ -45,14 +45,12 @@ def _deepcopy(run):
         d = difference(y, x, "copy")
         if d:
             raise Fail(f"copy.deepcopy of {what} is not equal to it: {d}", "copy every inner tensor and keep the ctx")
-        mine = {id(v.untyped_storage()) for _, v in _leaves(x)}
         for n, v in _leaves(y):
             if any(_compat.same_storage(v, s) for _, s in _leaves(x)):
                 raise Fail(
                     f"copy.deepcopy of {what} shares inner {n!r} with the original; writing to the copy changes it",
                     "deep-copy (clone) each inner tensor",
                 )
-        del mine
     return ""
 
 
@@ -69,18 +67,17 @@ def _repr(run):
         if not isinstance(text, str) or not text:
             raise Fail(f"repr of sample {i} returned {text!r}", "return a non-empty string")
     try:
-        meta_repr = repr(_compat_meta(run.first))
+        repr(_meta_copy(run.first))
     except Exception as e:
         raise Fail(
             f"repr of a meta-device copy of {describe(run.first)} raised {type(e).__name__}: "
             f"{str(e).strip()[:160]} (errors and debuggers print fake and meta tensors)",
             "do not read values in __repr__ when the inner tensors are on the meta device",
         ) from None
-    del meta_repr
     return ""
 
 
-def _compat_meta(x):
+def _meta_copy(x):
     names, ctx = flatten(x)
     inner = {}
     for n in names:

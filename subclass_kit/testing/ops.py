@@ -35,7 +35,10 @@ def op_name(op) -> str:
         return f"{ns}.{name}.{overload or 'default'}"
     if isinstance(op, torch._ops.OpOverloadPacket):
         return f"aten.{op.__name__}" if "::" not in str(op) else str(op).replace("::", ".")
-    return getattr(op, "__qualname__", None) or getattr(op, "__name__", None) or repr(op)
+    name = getattr(op, "__qualname__", None) or ""
+    if not name or name.startswith("_"):  # torch's builtins: _VariableFunctionsClass.neg
+        name = getattr(op, "__name__", None) or repr(op)
+    return name
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ def parametrize_pytree_impls(fn=None, *, impls=PYTREE_IMPLS, argname: str = "pyt
         >>> @parametrize_pytree_impls
         ... def test_leaves(pytree_impl):
         ...     assert pytree.current() == pytree_impl
-        ...     assert pytree.tree_leaves([1, (2, None)]) == [1, 2]
+        ...     assert pytree.tree_leaves([1, (2, 3)]) == [1, 2, 3]
         >>> test_leaves(pytree_impl="python"); pytree.current()
         'optree'
     """

@@ -312,8 +312,10 @@ def _round_trip_symbolic(run):
                 inner[n] = mode.from_tensor(v)
             else:
                 inner[n] = _compat.symbolic_fake(mode, v, f"{run.name}.{n}")
-        size = [_compat.fresh_symint(env, int(s), f"outer_size[{d}]") if int(s) > 1 else int(s) for d, s in enumerate(x.shape)]
-        stride = _sym_strides(size)
+        size = tuple(
+            _compat.fresh_symint(env, int(s), f"outer_size[{d}]") if int(s) > 1 else int(s) for d, s in enumerate(x.shape)
+        )
+        stride = tuple(_sym_strides(size))
         _, ctx = flatten(x)
         with mode:
             u = _unflatten(run, inner, ctx, size, stride, what)

@@ -116,7 +116,7 @@ def _families():
 def _selected(name: str, only) -> bool:
     if not only:
         return True
-    return any(name == o or name.startswith(o + ".") or name.startswith(o + "[") for o in only)
+    return any(name.startswith(o) for o in only)
 
 
 def _unexpected(e: BaseException) -> str:

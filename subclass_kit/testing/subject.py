@@ -9,7 +9,6 @@ torch's TwoTensor and DTensor as well as the kit's classes; the kit's extras
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -202,7 +201,3 @@ def resized(t, new_size):
             out = v.clone()
         inner[n] = out
     return type(t).__tensor_unflatten__(inner, ctx, torch.Size(new_size), _contiguous_strides(new_size))
-
-
-def numel(size) -> int:
-    return math.prod(int(s) for s in size)

@@ -1,0 +1,171 @@
+"""`subclass-kit` end to end, as a user runs it: a subprocess per command, exit codes and
+output. Uses the installed console script when there is one, else ``python -m
+subclass_kit.cli`` (the same ``main``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+
+
+def _command() -> list:
+    exe = shutil.which("subclass-kit")
+    return [exe] if exe else [sys.executable, "-m", "subclass_kit.cli"]
+
+
+def _env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def run(*args, cwd=TESTS, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*_command(), *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def test_no_verb_prints_help():
+    r = run()
+    assert r.returncode == 0, r.stderr
+    for verb in ("check", "explain", "bench"):
+        assert verb in r.stdout
+    assert r.stderr == ""
+
+
+def test_check_builtin_exemplars_streams_rows_and_writes_json(tmp_path):
+    out = tmp_path / "report.json"
+    proc = subprocess.Popen(
+        [*_command(), "check", "--backend", "aot_eager", "--json", str(out)],
+        cwd=TESTS, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    first = proc.stdout.readline()
+    # One line per check as it completes: the first row arrives while the run goes on.
+    still_running = proc.poll() is None
+    rest, err = proc.communicate(timeout=600)
+    lines = [first] + rest.splitlines()
+    assert still_running
+    assert first.startswith("PASS") and "TwoTensor" in first and "protocol.flatten" in first
+    doc = json.loads(out.read_text())
+    assert doc["version"] == 1 and doc["backends"] == ["aot_eager"]
+    assert proc.returncode == (0 if doc["ok"] else 1), err
+    subjects = {r["subject"]: r for r in doc["reports"]}
+    for name in ("TwoTensor", "ScaledTensor", "BlockScaled"):
+        report = subjects[name]
+        assert report["ok"], [r for r in report["rows"] if r["status"] == "fail"]
+        for row in report["rows"]:
+            assert set(row) == {"name", "status", "seconds", "message", "subject"}
+            assert row["status"] in ("pass", "fail", "skip")
+    rows = sum(len(r["rows"]) for r in doc["reports"])
+    assert sum(ln.split(" ", 1)[0] in ("PASS", "FAIL", "skip") for ln in lines) == rows
+    text = "\n".join(lines)
+    assert "subject" in text and "pass  fail  skip" in text and "\ntotal " in text
+    assert ("all checks passed" in text) == doc["ok"]
+    assert "Traceback" not in err
+
+
+def test_check_a_broken_class_exits_1_and_says_what_is_wrong():
+    r = run("check", "broken_subclasses:UnhashableCtx", "--backend", "eager", "--only", "ctx")
+    assert r.returncode == 1, r.stdout + r.stderr
+    fail_lines = [ln for ln in r.stdout.splitlines() if ln.startswith("FAIL")]
+    assert any("UnhashableCtx" in ln and "ctx.hashable" in ln and "unhashable" in ln and "Fix:" in ln for ln in fail_lines)
+    assert "FAILED (2 failing)" in r.stdout
+    assert "UnhashableCtx     0     2     0" in r.stdout or "UnhashableCtx" in r.stdout.split("subject")[-1]
+
+
+def test_check_accepts_instances_lists_and_factories_from_a_file(tmp_path):
+    mod = tmp_path / "mytensors.py"
+    mod.write_text(textwrap.dedent("""
+        import torch
+        from torch.testing._internal.two_tensor import TwoTensor
+        one = TwoTensor(torch.ones(2, 3), torch.zeros(2, 3))
+        several = [one, TwoTensor(torch.ones(4, 2), torch.ones(4, 2))]
+        def make():
+            return TwoTensor(torch.ones(3, 3), torch.ones(3, 3))
+    """))
+    r = run("check", "mytensors:one", "mytensors:several", f"{mod}:make", "--backend", "eager", "--only", "protocol",
+            cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("PASS") == 3 * 8 and "all checks passed" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["check", "no_such_module_xyz:Thing"], "cannot import module 'no_such_module_xyz'"),
+        (["check", "broken_subclasses:NoSuchClas"], "has no attribute 'NoSuchClas'; did you mean"),
+        (["check", "broken_subclasses"], "must be MODULE:ATTR"),
+        (["check", "--backend", "indcutor"], "unknown backend 'indcutor'; did you mean inductor"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
+        (["check", "broken_subclasses:PairMeta"], "PairMeta has no __samples__() classmethod"),
+    ],
+    ids=["unknown-module", "missing-attribute", "not-module-attr", "bad-backend", "bad-verb", "no-samples"],
+)
+def test_bad_usage_exits_2_with_one_line_and_no_traceback(args, words):
+    r = run(*args)
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1, r.stderr
+    assert err[0].startswith("subclass-kit: error: ") and words in err[0]
+    assert "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_explain_prints_guards_and_recompile_reasons_beside_the_prediction(tmp_path):
+    (tmp_path / "prog.py").write_text(textwrap.dedent("""
+        import torch
+        from subclass_kit.examples import BlockScaled
+
+        def f(x):
+            return x * 2.0
+
+        def inputs():
+            a = BlockScaled.from_float(torch.randn(64, 8), block=32)
+            b = BlockScaled.from_float(torch.randn(64, 8), block=32)
+            c = BlockScaled.from_float(torch.randn(64, 8), block=16)
+            return [(a,), (b,), (c,)]
+    """))
+    r = run("explain", "prog:f", "prog:inputs", "--dynamic", "false", cwd=tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "guards for call 0 of prog:f(x):" in out
+    assert "type(L['x']) is subclass_kit.examples.block_scaled.BlockScaled" in out
+    assert "block=32" in out
+    assert "recompiles over 3 calls:" in out
+    assert "call 0: compiled (predicted compile)" in out
+    assert "call 1: reused (predicted reuse)" in out
+    assert "call 2: compiled (predicted compile)" in out
+    assert "dynamo: " in out and "kit: " in out and "agrees" in out
+
+
+def test_explain_bad_target_is_bad_usage(tmp_path):
+    (tmp_path / "prog.py").write_text("def f(x):\n    return x\nINPUTS = []\n")
+    r = run("explain", "prog:f", "prog:INPUTS", cwd=tmp_path)
+    assert r.returncode == 2 and "non-empty list of argument tuples" in r.stderr
+
+
+def test_bench_help_and_dispatch(tmp_path, monkeypatch, capsys):
+    r = run("bench", "--help")
+    assert r.returncode == 0 and "--quick" in r.stdout and "--out" in r.stdout
+    # The verb only dispatches to subclass_kit.bench.main (tested with the suite itself).
+    from subclass_kit import bench, cli
+
+    seen = {}
+
+    def fake_main(quick, out):
+        seen.update(quick=quick, out=out)
+        return [{"name": "x", "median_us": 1.0}]
+
+    monkeypatch.setattr(bench, "main", fake_main)
+    assert cli.main(["bench", "--quick", "--out", str(tmp_path)]) == 0
+    assert seen == {"quick": True, "out": str(tmp_path)}
+    assert "| x | 1.0 |" in capsys.readouterr().out
