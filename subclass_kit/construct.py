@@ -25,16 +25,21 @@ _STRIDED = torch.strided
 
 def from_parts(cls, inners, ctx, size, stride, offset, dtype, device, requires_grad=False):
     """Trusted construction: no validation. ``inners`` is in declaration order (None = absent)."""
-    r = _compat.make_wrapper_subclass(
-        cls,
-        size,
-        strides=stride,
-        storage_offset=offset,
-        dtype=dtype,
-        device=device,
-        layout=_STRIDED,
-        requires_grad=requires_grad,
-    )
+    if requires_grad or type(offset) is not int or offset != 0:
+        r = _compat.make_wrapper_subclass(
+            cls,
+            size,
+            strides=stride,
+            storage_offset=offset,
+            dtype=dtype,
+            device=device,
+            layout=_STRIDED,
+            requires_grad=requires_grad,
+        )
+    else:
+        # The common case passes only what differs from the defaults: keyword parsing in
+        # _make_wrapper_subclass is a measurable part of every op's cost.
+        r = _compat.make_wrapper_subclass(cls, size, strides=stride, dtype=dtype, device=device)
     d = r.__dict__
     d.update(zip(cls._kit_inner_names, inners))
     d["_kit_ctx"] = ctx
