@@ -8,13 +8,21 @@ import torch
 
 from ..base import WrapperTensor
 from ..construct import construct, from_parts
-from ..ctx import SubclassCtx
+from ..ctx import _VALUES, SubclassCtx
 from ..fields import inner, meta
 from .layout import local_shape
 from .mesh import MeshRef, mesh_ref
 from .placements import Partial, Replicate, Shard, normalize_placements, render
 
-__all__ = ["ShardedTensor", "wrap"]
+__all__ = ["ShardedTensor", "wrap", "spec"]
+
+
+def _fallback(func, types, args, kwargs):
+    # Pointwise-tagged ops get the pointwise rule; anything else raises UnsupportedOpError.
+    from .ops._common import fallback
+
+    return fallback(func, types, args, kwargs)
+
 
 
 class ShardedTensor(WrapperTensor):
@@ -52,7 +60,7 @@ class ShardedTensor(WrapperTensor):
     # The ctx's value types, for serialization.allow (torch.load(weights_only=True)).
     __safe_globals__ = (MeshRef, Shard, Replicate, Partial)
 
-    __fallback__ = staticmethod(lambda func, types, args, kwargs: _fallback(func, types, args, kwargs))
+    __fallback__ = _fallback
 
     def __new__(cls, local, mesh, placements, coord=None, *, size=None, stride=None, requires_grad=None):
         ref = mesh_ref(mesh)
@@ -183,11 +191,13 @@ class ShardedTensor(WrapperTensor):
         ]
 
 
-def _fallback(func, types, args, kwargs):
-    # Pointwise-tagged ops get the pointwise rule; anything else raises UnsupportedOpError.
-    from .ops._common import fallback
+_get = tuple.__getitem__
 
-    return fallback(func, types, args, kwargs)
+
+def spec(x) -> tuple:
+    """``(mesh, placements, coord)`` of a ShardedTensor: the ctx's meta values, read without
+    the per-name attribute lookup (the op handlers read them on every call)."""
+    return _get(x._kit_ctx, _VALUES)
 
 
 _CTXS: dict = {}
@@ -228,3 +238,7 @@ def describe(x: ShardedTensor) -> str:
         f"ShardedTensor(global {tuple(x.shape)}, local {tuple(x.local.shape)}, placements "
         f"{render(x.placements)})"
     )
+
+
+# spec() relies on the meta values sitting in declaration order.
+assert ShardedTensor.__kit_spec__.meta_names == ("mesh", "placements", "coord")

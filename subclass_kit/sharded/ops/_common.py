@@ -17,9 +17,9 @@ from .. import _compat
 from ..errors import MeshError
 from ..placements import Partial, Replicate, Shard, render
 from ..redistribute import redistribute_local
-from ..tensor import ShardedTensor, describe, wrap
+from ..tensor import ShardedTensor, describe, spec, wrap
 
-__all__ = ["TensorMeta", "spec_of", "global_meta", "move", "move_plain", "wrap_out", "unsupported", "aten"]
+__all__ = ["TensorMeta", "spec_of", "global_meta", "planned", "move", "move_plain", "wrap_out", "unsupported", "aten"]
 
 aten = torch.ops.aten
 _SEQ = (list, tuple)
@@ -49,38 +49,73 @@ def spec_of(func, args, kwargs):
     """``(mesh, coord)`` shared by every ShardedTensor argument (MeshError if they differ)."""
     mesh = coord = None
     for x in _sharded_in(args, kwargs):
-        c = x._kit_ctx
+        m, _, c = spec(x)
         if mesh is None:
-            mesh, coord = c.mesh, c.coord
-        elif c.mesh != mesh:
+            mesh, coord = m, c
+        elif m != mesh:
             raise MeshError(
-                f"{func}: ShardedTensor arguments live on different meshes ({mesh} and {c.mesh}); "
+                f"{func}: ShardedTensor arguments live on different meshes ({mesh} and {m}); "
                 "redistribute them onto one mesh first."
             )
     return mesh, coord
 
 
-# ---- global metadata -------------------------------------------------------------------
+# ---- global metadata and cached plans ---------------------------------------------------
 _META_CACHE: dict = {}
-_NO_KEY = object()
+_PLANS: dict = {}
+_MAX_ENTRIES = 8192  # distinct (op, shapes, placements) seen; cleared when exceeded
 
 
-def _key_of(a):
+def _sig(a, numbers_by_type: bool):
+    """A hashable signature of an argument's metadata (hashing it raises TypeError for
+    symbolic sizes: those are never cached)."""
+    t = type(a)
+    if t is ShardedTensor:
+        return (a._kit_ctx, a.shape, a.stride())
     if isinstance(a, torch.Tensor):
-        shape, stride = tuple(a.shape), a.stride()
-        if all(type(s) is int for s in shape) and all(type(s) is int for s in stride):
-            return ("T", shape, stride, a.dtype, str(a.device))
-        return _NO_KEY
-    if type(a) in _SEQ:
-        ks = tuple(_key_of(b) for b in a)
-        return _NO_KEY if any(k is _NO_KEY for k in ks) else (type(a).__name__, ks)
+        return (t, a.shape, a.stride(), a.dtype, a.device)
+    if t in _SEQ:
+        return tuple([_sig(b, numbers_by_type) for b in a])
+    if numbers_by_type and (t is float or t is int or t is bool):
+        return t
     if _compat.is_symbolic(a):
-        return _NO_KEY
-    try:
-        hash(a)
-    except TypeError:
-        return _NO_KEY
-    return (type(a), a)
+        raise TypeError("symbolic")
+    return (t, a)
+
+
+def _key(func, args, kwargs, numbers_by_type: bool):
+    return (
+        func,
+        tuple([_sig(a, numbers_by_type) for a in args]),
+        tuple([(k, _sig(v, numbers_by_type)) for k, v in kwargs.items()]) if kwargs else (),
+    )
+
+
+def _remember(cache: dict, key, value):
+    if len(cache) >= _MAX_ENTRIES:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def planned(build, *, numbers_by_type: bool = False):
+    """Memoize ``build(func, args, kwargs)`` (a handler's decisions, a pure function of the
+    arguments' metadata) per op and argument signature, as DTensor caches sharding
+    propagation. ``numbers_by_type``: Python numbers enter the key by type only (right for
+    pointwise ops, whose decisions never depend on a scalar's value)."""
+
+    def plan(func, args, kwargs):
+        try:
+            key = _key(func, args, kwargs, numbers_by_type)
+            hit = _PLANS.get(key)
+        except TypeError:  # symbolic sizes or unhashable arguments
+            return build(func, args, kwargs)
+        if hit is None:
+            hit = _remember(_PLANS, key, build(func, args, kwargs))
+        return hit
+
+    plan.__name__ = plan.__qualname__ = f"planned({build.__name__})"
+    return plan
 
 
 def _fake(a, mode):
@@ -99,31 +134,31 @@ def _meta(out):
     return out
 
 
-def global_meta(func, args, kwargs):
-    """The metadata of ``func``'s result on the global tensors (a TensorMeta or a tuple)."""
-    ak = _key_of(args)
-    kk = tuple((k, _key_of(v)) for k, v in kwargs.items())
-    cacheable = ak is not _NO_KEY and all(v is not _NO_KEY for _, v in kk)
-    key = (func, ak, kk)
-    if cacheable:
-        hit = _META_CACHE.get(key)
-        if hit is not None:
-            return hit
+def _compute_meta(func, args, kwargs):
     with _compat.meta_mode() as mode:
         out = func(*_fake(args, mode), **{k: _fake(v, mode) for k, v in kwargs.items()})
-    m = _meta(out)
-    if cacheable:
-        _META_CACHE[key] = m
-    return m
+    return _meta(out)
+
+
+def global_meta(func, args, kwargs):
+    """The metadata of ``func``'s result on the global tensors (a TensorMeta or a tuple)."""
+    try:
+        key = _key(func, args, kwargs, False)
+        hit = _META_CACHE.get(key)
+    except TypeError:
+        return _compute_meta(func, args, kwargs)
+    if hit is None:
+        hit = _remember(_META_CACHE, key, _compute_meta(func, args, kwargs))
+    return hit
 
 
 # ---- moving arguments ---------------------------------------------------------------------
 def move(x: ShardedTensor, target: tuple) -> torch.Tensor:
     """``x``'s local under ``target`` placements (collectives as needed)."""
-    c = x._kit_ctx
-    if c.placements == target:
+    mesh, pl, coord = spec(x)
+    if pl == target:
         return x.local
-    return redistribute_local(x.local, c.mesh, c.coord, c.placements, target, x.shape)
+    return redistribute_local(x.local, mesh, coord, pl, target, x.shape)
 
 
 def move_plain(t: torch.Tensor, mesh, coord, target: tuple) -> torch.Tensor:

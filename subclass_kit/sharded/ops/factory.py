@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from ..layout import local_shape
 from ..placements import Partial, Replicate
-from ..tensor import ShardedTensor
+from ..tensor import ShardedTensor, spec
 from ._common import aten, global_meta, wrap_out
 
 __all__ = ["like_factory", "new_factory", "is_same_size"]
@@ -26,9 +26,9 @@ def _no_partial(pl) -> tuple:
 def like_factory(func, types, args, kwargs):
     """Same layout as the input (Partial becomes Replicate)."""
     x = args[0]
-    c = x._kit_ctx
+    mesh, pl, coord = spec(x)
     meta = global_meta(func, args, kwargs)
-    return wrap_out(func(x.local, *args[1:], **kwargs), meta, c.mesh, _no_partial(c.placements), c.coord)
+    return wrap_out(func(x.local, *args[1:], **kwargs), meta, mesh, _no_partial(pl), coord)
 
 
 _NEW = {
@@ -41,12 +41,12 @@ _NEW = {
 def new_factory(func, types, args, kwargs):
     """A new tensor of a global size: sharded like the input if the size is the input's."""
     x = args[0]
-    c = x._kit_ctx
+    mesh, cur, coord = spec(x)
     size = tuple(args[1])
     meta = global_meta(func, args, kwargs)
     same = len(size) == x.dim() and all(a == b for a, b in zip(size, x.shape))
-    pl = _no_partial(c.placements) if same else (Replicate(),) * c.mesh.ndim
-    lsize = local_shape(size, pl, c.mesh.shape, c.coord)
+    pl = _no_partial(cur) if same else (Replicate(),) * mesh.ndim
+    lsize = local_shape(size, pl, mesh.shape, coord)
     rest = list(args[2:])
     if func is aten.new_empty_strided.default:
         from ..layout import contiguous_strides
@@ -60,7 +60,7 @@ def new_factory(func, types, args, kwargs):
             acc = acc * lsize[d]
         rest[0] = st if len(size) else contiguous_strides(lsize)
     local = func(x.local, lsize, *rest, **kwargs)
-    return wrap_out(local, meta, c.mesh, pl, c.coord)
+    return wrap_out(local, meta, mesh, pl, coord)
 
 
 @ShardedTensor.implements(aten.is_same_size.default)

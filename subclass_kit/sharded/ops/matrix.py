@@ -28,8 +28,8 @@ import math
 
 from ..placements import Partial, Replicate, Shard
 from ..redistribute import cost
-from ..tensor import ShardedTensor
-from ._common import aligned, aten, global_meta, move, move_plain, spec_of, wrap_out
+from ..tensor import ShardedTensor, spec
+from ._common import aligned, aten, global_meta, move, move_plain, planned, spec_of, wrap_out
 
 __all__ = ["mm", "addmm", "bmm", "strategy"]
 
@@ -55,6 +55,8 @@ def _rows(labels) -> list:
 
 
 _ROWS = {_MM: _rows(_MM), _BMM: _rows(_BMM)}
+# labels and the position of the first matrix operand, per op
+_SHAPES = {aten.mm.default: (_MM, 0), aten.addmm.default: (_MM, 1), aten.bmm.default: (_BMM, 0)}
 
 
 def _weight(t) -> float:
@@ -63,7 +65,7 @@ def _weight(t) -> float:
 
 
 def _placements(x, m: int) -> tuple:
-    return x._kit_ctx.placements if type(x) is ShardedTensor else (Replicate(),) * m
+    return spec(x)[1] if type(x) is ShardedTensor else (Replicate(),) * m
 
 
 def strategy(labels, a, b, mesh_ndim: int):
@@ -102,38 +104,49 @@ def _operand(x, mesh, coord, target):
     return move(x, target) if type(x) is ShardedTensor else move_plain(x, mesh, coord, target)
 
 
-def _product(labels, func, args, kwargs, a_idx):
+def _plan(func, args, kwargs):
+    labels, a_idx = _SHAPES[func]
     mesh, coord = spec_of(func, args, kwargs)
-    a, b = args[a_idx], args[a_idx + 1]
-    ta, tb, out_pl = strategy(labels, a, b, mesh.ndim)
+    ta, tb, out_pl = strategy(labels, args[a_idx], args[a_idx + 1], mesh.ndim)
     meta = global_meta(func, args, kwargs)
-    new = list(args)
-    new[a_idx] = _operand(a, mesh, coord, ta)
-    new[a_idx + 1] = _operand(b, mesh, coord, tb)
+    tbias = None
     if a_idx == 1:
         bias = args[0]
-        target = aligned(tuple(bias.shape), meta.shape, out_pl)
+        tbias = aligned(tuple(bias.shape), meta.shape, out_pl)
         if type(bias) is ShardedTensor:
             # A bias already Partial alike stays; any other joins a Partial as a masked term.
-            cur = bias._kit_ctx.placements
-            target = tuple(c if type(p) is Partial and c == p else p for p, c in zip(target, cur))
-        new[0] = _operand(bias, mesh, coord, target)
+            cur = spec(bias)[1]
+            tbias = tuple(c if type(p) is Partial and c == p else p for p, c in zip(tbias, cur))
+    return ta, tb, tbias, out_pl, meta, mesh, coord
+
+
+_planned = planned(_plan)
+
+
+def _product(func, args, kwargs):
+    ta, tb, tbias, out_pl, meta, mesh, coord = _planned(func, args, kwargs)
+    a_idx = _SHAPES[func][1]
+    new = list(args)
+    new[a_idx] = _operand(args[a_idx], mesh, coord, ta)
+    new[a_idx + 1] = _operand(args[a_idx + 1], mesh, coord, tb)
+    if tbias is not None:
+        new[0] = _operand(args[0], mesh, coord, tbias)
     return wrap_out(func(*new, **kwargs), meta, mesh, out_pl, coord)
 
 
 @ShardedTensor.implements(aten.mm.default)
 def mm(func, types, args, kwargs):
     """``a @ b`` on shards (see the table in the module docstring)."""
-    return _product(_MM, func, args, kwargs, 0)
+    return _product(func, args, kwargs)
 
 
 @ShardedTensor.implements(aten.addmm.default)
 def addmm(func, types, args, kwargs):
     """``beta * bias + alpha * (a @ b)``; the bias follows the product's placements."""
-    return _product(_MM, func, args, kwargs, 1)
+    return _product(func, args, kwargs)
 
 
 @ShardedTensor.implements(aten.bmm.default)
 def bmm(func, types, args, kwargs):
     """Batched ``a @ b``; a shared batch shard stays sharded."""
-    return _product(_BMM, func, args, kwargs, 0)
+    return _product(func, args, kwargs)

@@ -21,8 +21,8 @@ import torch
 from ... import aliasing
 from .. import _compat
 from ..placements import Partial, Replicate, Shard
-from ..tensor import ShardedTensor
-from ._common import TensorMeta, aligned, aten, global_meta, move, move_plain, spec_of, unsupported, wrap_out
+from ..tensor import ShardedTensor, spec
+from ._common import TensorMeta, aligned, aten, global_meta, move, move_plain, planned, spec_of, unsupported, wrap_out
 
 __all__ = ["pointwise", "rule_for"]
 
@@ -48,7 +48,7 @@ def _broadcasts(x_shape, d, out_shape, od) -> bool:
 
 def _partial_kind(func, i, ops, has_scalars) -> Partial | None:
     """The Partial the output may keep on mesh dim ``i``, or None (reduce to Replicate)."""
-    partial = [x._kit_ctx.placements[i] for _, x in ops if type(x) is ShardedTensor and type(x._kit_ctx.placements[i]) is Partial]
+    partial = [spec(x)[1][i] for _, x in ops if type(x) is ShardedTensor and type(spec(x)[1][i]) is Partial]
     if not partial:
         return None
     p = partial[0]
@@ -64,7 +64,7 @@ def _partial_kind(func, i, ops, has_scalars) -> Partial | None:
             return None  # a product of two sums is not the sum of products
         first = ops[0][1]
         if func.overloadpacket in (aten.div, aten.div_) and not (
-            type(first) is ShardedTensor and type(first._kit_ctx.placements[i]) is Partial
+            type(first) is ShardedTensor and type(spec(first)[1][i]) is Partial
         ):
             return None  # 1 / sum is not the sum of 1 / operands
         return p
@@ -80,7 +80,7 @@ def _choose(func, mesh, ops, out_shape, has_scalars) -> tuple:
         for _, x in ops:
             if type(x) is not ShardedTensor:
                 continue
-            p = x._kit_ctx.placements[i]
+            p = spec(x)[1][i]
             if type(p) is Shard:
                 od = p.dim + out_nd - x.dim()
                 if od not in taken and not _broadcasts(x.shape, p.dim, out_shape, od):
@@ -100,7 +100,7 @@ def _target(x, out_shape, out_pl, additive: bool) -> tuple:
         # A plain operand is replicated: a factor of a Partial product, or a term of a
         # Partial('avg') sum (a Partial('sum') add with a plain term is reduced first).
         return tuple(Replicate() if type(p) is Partial else p for p in t)
-    cur = x._kit_ctx.placements
+    cur = spec(x)[1]
     res = []
     for p, c in zip(t, cur):
         if type(p) is Partial:
@@ -112,35 +112,48 @@ def _target(x, out_shape, out_pl, additive: bool) -> tuple:
     return tuple(res)
 
 
-def pointwise(func, types, args, kwargs):
-    """Run a pointwise op on the local shards (see the module docstring for the rule)."""
+def _plan(func, args, kwargs):
+    """Decisions for one call, from metadata only (cached per signature by ``planned``)."""
     mesh, coord = spec_of(func, args, kwargs)
     ops = _operands(args, kwargs)
     has_scalars = any(isinstance(a, (int, float, bool, complex)) and not isinstance(a, torch.Tensor) for a in args[1:])
     meta = global_meta(func, args, kwargs)
     m0 = meta if type(meta) is TensorMeta else meta[0]
-    written = aliasing.written_args(func)
+    written = bool(aliasing.written_args(func))
     if written:
         self_ = args[0]
         if type(self_) is not ShardedTensor:
             unsupported(func, args, kwargs, "the tensor written in place is a plain tensor;")
-        out_pl = self_._kit_ctx.placements
+        out_pl = spec(self_)[1]
         for i, p in enumerate(out_pl):
             if type(p) is Partial and _partial_kind(func, i, ops, has_scalars) != p:
                 unsupported(func, args, kwargs, f"it is not linear in the Partial operand {p!r} it would update in place;")
     else:
         out_pl = _choose(func, mesh, ops, m0.shape, has_scalars)
     additive = func in _ADDITIVE
-    new_args = list(args)
-    new_kwargs = dict(kwargs)
+    moves = []
     for where, x in ops:
         if x.dim() == 0 and type(x) is not ShardedTensor:
             continue
         target = _target(x, m0.shape, out_pl, additive)
-        local = move(x, target) if type(x) is ShardedTensor else move_plain(x, mesh, coord, target)
-        if written and where == 0 and local is not x.local:
+        if written and where == 0 and target != out_pl:
             unsupported(func, args, kwargs, "the tensor written in place would have to change placements;")
-        if isinstance(where, int):
+        moves.append((where, target))
+    return meta, out_pl, tuple(moves), written, mesh, coord
+
+
+_planned = planned(_plan, numbers_by_type=True)
+
+
+def pointwise(func, types, args, kwargs):
+    """Run a pointwise op on the local shards (see the module docstring for the rule)."""
+    meta, out_pl, moves, written, mesh, coord = _planned(func, args, kwargs)
+    new_args = list(args)
+    new_kwargs = dict(kwargs) if kwargs else kwargs
+    for where, target in moves:
+        x = args[where] if type(where) is int else kwargs[where]
+        local = move(x, target) if type(x) is ShardedTensor else move_plain(x, mesh, coord, target)
+        if type(where) is int:
             new_args[where] = local
         else:
             new_kwargs[where] = local

@@ -17,7 +17,7 @@ import math
 import torch
 
 from ..placements import Partial, Replicate, Shard
-from ..tensor import ShardedTensor
+from ..tensor import ShardedTensor, spec
 from ._common import aten, global_meta, move, move_plain, spec_of, wrap_out
 
 __all__ = ["reduce", "softmax_like"]
@@ -48,11 +48,11 @@ def _dims_keepdim(func, x, args, kwargs):
 def reduce(func, types, args, kwargs):
     """Reduce the local shard; a reduced shard dim becomes a Partial of the same kind."""
     x = args[0]
-    c = x._kit_ctx
+    mesh, placements, coord = spec(x)
     kind = _KIND[func]
     dims, keepdim = _dims_keepdim(func, x, args, kwargs)
     target, out_pl = [], []
-    for p in c.placements:
+    for p in placements:
         if type(p) is Partial and p.op not in _KEEPS[kind]:
             p = Replicate()
         target.append(p)
@@ -72,7 +72,7 @@ def reduce(func, types, args, kwargs):
         res = aten.sum.dim_IntList(local, dims, keepdim, dtype=dtype) / count
     else:
         res = func(local, *args[1:], **kwargs)
-    return wrap_out(res, meta, c.mesh, tuple(out_pl), c.coord)
+    return wrap_out(res, meta, mesh, tuple(out_pl), coord)
 
 
 _SOFTMAX = {
@@ -93,7 +93,7 @@ def softmax_like(func, types, args, kwargs):
     tensors = [a for a in args[:i] if isinstance(a, ShardedTensor)]
     # Every tensor operand is brought to one layout: the first's, minus a shard on `dim`,
     # minus Partial (softmax is not linear).
-    base = tensors[0]._kit_ctx.placements
+    base = spec(tensors[0])[1]
     pl = tuple(Replicate() if (type(p) is Shard and p.dim == dim) or type(p) is Partial else p for p in base)
     new = [
         move(a, pl) if type(a) is ShardedTensor else (move_plain(a, mesh, coord, pl) if isinstance(a, torch.Tensor) else a)

@@ -16,26 +16,27 @@ Partial placements pass through every view unchanged (views are linear).
 from __future__ import annotations
 
 from ... import aliasing
+from ..layout import local_shape
 from ..placements import Replicate, Shard
-from ..tensor import ShardedTensor
-from ._common import TensorMeta, aten, global_meta, move, wrap_out
+from ..tensor import ShardedTensor, spec
+from ._common import TensorMeta, aten, global_meta, move, planned, wrap_out
 
 __all__ = ["permute_like", "reshape_like", "expand", "along_dim"]
 
 
 def _release(x, dims) -> tuple:
     """``x``'s local with mesh dims sharding any of ``dims`` gathered; and its placements."""
-    pl = x._kit_ctx.placements
+    pl = spec(x)[1]
     target = tuple(Replicate() if type(p) is Shard and p.dim in dims else p for p in pl)
     return move(x, target), target
 
 
 def _finish(func, args, kwargs, local, meta, pl):
-    c = args[0]._kit_ctx
+    mesh, _, coord = spec(args[0])
     if type(meta) is not TensorMeta:
-        out = type(local)(wrap_out(r, m, c.mesh, pl, c.coord) for r, m in zip(local, meta))
+        out = type(local)(wrap_out(r, m, mesh, pl, coord) for r, m in zip(local, meta))
     else:
-        out = wrap_out(local, meta, c.mesh, pl, c.coord)
+        out = wrap_out(local, meta, mesh, pl, coord)
     return aliasing.correct_aliasing(func, args, kwargs, out)
 
 
@@ -46,6 +47,11 @@ def _shift(pl, fn) -> tuple:
 @ShardedTensor.implements(aten.t.default, aten.transpose.int, aten.permute.default)
 def permute_like(func, types, args, kwargs):
     """The shard follows its dim through a permutation."""
+    meta, pl = _permute_plan(func, args, kwargs)
+    return _finish(func, args, kwargs, func(args[0].local, *args[1:], **kwargs), meta, pl)
+
+
+def _permute_decide(func, args, kwargs):
     x = args[0]
     nd = x.dim()
     if func is aten.permute.default:
@@ -55,16 +61,17 @@ def permute_like(func, types, args, kwargs):
         if nd == 2 or func is aten.transpose.int:
             d0, d1 = (0, 1) if func is aten.t.default else (args[1] % nd, args[2] % nd)
             perm[d0], perm[d1] = perm[d1], perm[d0]
-    meta = global_meta(func, args, kwargs)
-    pl = _shift(x._kit_ctx.placements, perm.index)
-    return _finish(func, args, kwargs, func(x.local, *args[1:], **kwargs), meta, pl)
+    return global_meta(func, args, kwargs), _shift(spec(x)[1], perm.index)
+
+
+_permute_plan = planned(_permute_decide)
 
 
 @ShardedTensor.implements(aten.unsqueeze.default)
 def unsqueeze(func, types, args, kwargs):
     x, dim = args[0], args[1] % (args[0].dim() + 1)
     meta = global_meta(func, args, kwargs)
-    pl = _shift(x._kit_ctx.placements, lambda d: d + (d >= dim))
+    pl = _shift(spec(x)[1], lambda d: d + (d >= dim))
     return _finish(func, args, kwargs, func(x.local, dim), meta, pl)
 
 
@@ -100,23 +107,8 @@ def _view_target(in_shape, out_shape, d):
 @ShardedTensor.implements(aten.view.default, aten._unsafe_view.default)
 def reshape_like(func, types, args, kwargs):
     """A shard survives a view when its dim keeps its size and element offset."""
-    x = args[0]
-    meta = global_meta(func, args, kwargs)
-    out_shape = meta.shape
-    moves = {}
-    lost = set()
-    for p in x._kit_ctx.placements:
-        if type(p) is Shard:
-            e = _view_target(tuple(x.shape), out_shape, p.dim)
-            if e is None:
-                lost.add(p.dim)
-            else:
-                moves[p.dim] = e
-    local, pl = _release(x, lost)
-    size = list(out_shape)
-    for d, e in moves.items():
-        size[e] = local.size(d)
-    pl = _shift(pl, moves.__getitem__)
+    meta, target, size, pl = _reshape_plan(func, args, kwargs)
+    local = move(args[0], target)
     try:
         res = func(local, size)
     except RuntimeError:
@@ -126,13 +118,37 @@ def reshape_like(func, types, args, kwargs):
     return _finish(func, args, kwargs, res, meta, pl)
 
 
+def _reshape_decide(func, args, kwargs):
+    x = args[0]
+    mesh, cur, coord = spec(x)
+    meta = global_meta(func, args, kwargs)
+    moves = {}
+    lost = set()
+    for p in cur:
+        if type(p) is Shard:
+            e = _view_target(tuple(x.shape), meta.shape, p.dim)
+            if e is None:
+                lost.add(p.dim)
+            else:
+                moves[p.dim] = e
+    target = tuple(Replicate() if type(p) is Shard and p.dim in lost else p for p in cur)
+    local = local_shape(tuple(x.shape), target, mesh.shape, coord)
+    size = list(meta.shape)
+    for d, e in moves.items():
+        size[e] = local[d]
+    return meta, target, size, _shift(target, moves.__getitem__)
+
+
+_reshape_plan = planned(_reshape_decide)
+
+
 @ShardedTensor.implements(aten.expand.default)
 def expand(func, types, args, kwargs):
     """The shard follows its dim; a broadcast sharded dim is gathered first."""
     x = args[0]
     meta = global_meta(func, args, kwargs)
     lead = len(meta.shape) - x.dim()
-    bad = {p.dim for p in x._kit_ctx.placements if type(p) is Shard and x.shape[p.dim] == 1 and meta.shape[p.dim + lead] != 1}
+    bad = {p.dim for p in spec(x)[1] if type(p) is Shard and x.shape[p.dim] == 1 and meta.shape[p.dim + lead] != 1}
     local, pl = _release(x, bad)
     size = list(meta.shape)
     for p in pl:
