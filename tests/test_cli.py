@@ -103,7 +103,7 @@ def test_check_accepts_instances_lists_and_factories_from_a_file(tmp_path):
     "args, words",
     [
         (["check", "no_such_module_xyz:Thing"], "cannot import module 'no_such_module_xyz'"),
-        (["check", "broken_subclasses:NoSuchClas"], "has no attribute 'NoSuchClas'; did you mean"),
+        (["check", "broken_subclasses:GoodPai"], "has no attribute 'GoodPai'; did you mean GoodPair?"),
         (["check", "broken_subclasses"], "must be MODULE:ATTR"),
         (["check", "--backend", "indcutor"], "unknown backend 'indcutor'; did you mean inductor"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),

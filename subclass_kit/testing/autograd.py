@@ -26,6 +26,11 @@ _PREFERRED = ("aten.mul.Tensor(x, 2.0)", "aten.add.Tensor(x, x)", "aten.neg.defa
 def plan(run) -> list:
     if not run.backward:
         return [Check("backward.eager", _off, ()), Check(f"backward.compiled[{run.compile_backend()}]", _off, ())]
+    if not run.backends:
+        return [
+            Check("backward.eager", _eager, ("protocol.flatten",)),
+            Check("backward.compiled[none]", _no_backend, ()),
+        ]
     return [
         Check("backward.eager", _eager, ("protocol.flatten",)),
         Check(f"backward.compiled[{run.compile_backend()}]", _compiled, ("protocol.flatten", "backward.eager")),
@@ -34,6 +39,10 @@ def plan(run) -> list:
 
 def _off(run):
     raise Skip("turned off (backward=False)")
+
+
+def _no_backend(run):
+    raise Skip("no compile backend selected")
 
 
 def _pick(run, compiled: bool = False):

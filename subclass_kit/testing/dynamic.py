@@ -31,6 +31,9 @@ _CANDIDATES = 256
 def plan(run) -> list:
     b = run.compile_backend()
     req = ("protocol.flatten", "protocol.round_trip_symbolic")
+    if not run.backends:
+        off = _off("no compile backend selected")
+        return [Check(f"compile.dynamic_sweep[{b}]", off, ()), Check(f"compile.meta_change[{b}]", off, ())]
     checks = []
     if run.dynamic:
         checks.append(Check(f"compile.dynamic_sweep[{b}]", _sweep, req))

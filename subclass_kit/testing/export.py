@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import warnings
 
 import torch
 
@@ -53,7 +54,8 @@ def _export(run):
     expected = fn(x)
     try:
         # A failed non-strict export prints the partial graph to stderr; the row says enough.
-        with contextlib.redirect_stderr(io.StringIO()):
+        with contextlib.redirect_stderr(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # torch's own, about torch.jit
             ep = _compat.export(_Ops(fn), (x,))
     except Exception as e:
         raise Fail(
@@ -61,14 +63,18 @@ def _export(run):
             f"{type(e).__name__}: {_first_line(e)}",
             "make the ops traceable with fake tensors (see the compile rows)" + _FIX_OFF,
         ) from None
-    d = difference(ep.module()(x), expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        d = difference(ep.module()(x), expected)
     if d:
         raise Fail(f"the exported program's result differs from eager: {d}", "see the compile rows; export traces the same way")
     try:
         from .serialization import allowed_globals
 
-        ep2 = _compat.export_round_trip(ep, allowed_globals(run.cls))
-        got = ep2.module()(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            ep2 = _compat.export_round_trip(ep, allowed_globals(run.cls))
+            got = ep2.module()(x)
     except Exception as e:
         raise Fail(
             f"torch.export.save/load of the exported program failed: {type(e).__name__}: {_first_line(e)}",

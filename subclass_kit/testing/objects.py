@@ -66,6 +66,8 @@ def _repr(run):
             ) from None
         if not isinstance(text, str) or not text:
             raise Fail(f"repr of sample {i} returned {text!r}", "return a non-empty string")
+    if not hasattr(run.cls, "__tensor_flatten__"):
+        return "no meta-device copy to print (the class has no __tensor_flatten__)"
     try:
         repr(_meta_copy(run.first))
     except Exception as e:

@@ -101,10 +101,11 @@ class Run:
 
     def compile_backend(self) -> str:
         """The backend for the extra compile checks (dynamic, meta change, backward):
-        ``aot_eager`` when selected (it runs AOTAutograd, cheaply), else the first one."""
+        ``aot_eager`` when selected (it runs AOTAutograd, cheaply), else the first one;
+        ``"none"`` when no backend is selected (those checks then skip)."""
         if "aot_eager" in self.backends:
             return "aot_eager"
-        return self.backends[0]
+        return self.backends[0] if self.backends else "none"
 
 
 def _families():
@@ -150,6 +151,23 @@ def _run_one(run: Run, check: Check) -> CheckRow:
     return CheckRow(check.name, status, secs, msg, subject=run.name)
 
 
+def _valid_backends(backends) -> tuple:
+    if isinstance(backends, str):
+        backends = (backends,)
+    backends = tuple(backends)
+    names = [b for b in backends if isinstance(b, str) and b not in BACKENDS]
+    if names:
+        import torch
+
+        known = set(torch._dynamo.list_backends(exclude_tags=())) | set(BACKENDS)
+        bad = [b for b in names if b not in known]
+        if bad:
+            raise ValueError(
+                f"check_subclass: unknown torch.compile backend(s) {bad}; choose from {sorted(known)}"
+            )
+    return backends
+
+
 def check_subjects(
     subjects: Iterable[Subject],
     *,
@@ -163,7 +181,7 @@ def check_subjects(
     on_row=None,
 ) -> list:
     """Run the battery on already-resolved subjects; one :class:`CheckReport` per subject."""
-    backends = tuple(backends)
+    backends = _valid_backends(backends)
     runs, plans = [], []
     for subject in subjects:
         cases = user_cases(ops) if ops is not None else default_cases(subject.cls)

@@ -179,3 +179,28 @@ def test_parametrize_pytree_impls_without_the_argument():
 def test_parametrize_pytree_impls_restores_and_covered_both():
     assert pytree.current() == "optree"
     assert sorted(_SEEN) == ["optree", "python"]
+
+
+class _NotAWrapper(torch.Tensor):
+    """A tensor subclass without torch's wrapper protocol."""
+
+
+def test_a_class_without_the_protocol_fails_once_and_skips_the_rest():
+    x = torch.randn(2, 3).as_subclass(_NotAWrapper)
+    report = check_subclass(x, backends=("eager",))
+    assert [r.name for r in report.failures] == ["protocol.flatten"]
+    assert "lacks __tensor_flatten__, __tensor_unflatten__" in report.failures[0].message
+    skipped = [r for r in report.rows if r.status == "skip"]
+    assert len(skipped) > 20 and all("protocol.flatten" in r.message and "did not pass" in r.message for r in skipped)
+
+
+def test_no_backends_skips_the_compiled_checks_and_bad_names_are_refused():
+    report = check_subclass(TwoTensor, backends=(), only=["compile", "backward"])
+    assert {r.name: r.status for r in report.rows} == {
+        "compile.dynamic_sweep[none]": "skip",
+        "compile.meta_change[none]": "skip",
+        "backward.eager": "pass",
+        "backward.compiled[none]": "skip",
+    }
+    with pytest.raises(ValueError, match=r"unknown torch.compile backend\(s\) \['inductr'\]"):
+        check_subclass(TwoTensor, backends=("inductr",))
