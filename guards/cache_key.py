@@ -25,9 +25,10 @@ def cache_key_payload(value: Any, *, policy: Any = None, dynamic: bool | None = 
     """The canonical JSON text ``cache_key`` hashes (for debugging a key mismatch).
 
     Example:
-        >>> import torch
-        >>> cache_key_payload(torch.ones(2, dtype=torch.float16))[:40]
-        '{"guards":[["tensor","L[\\'x\\']","torch.Te'
+        >>> import json, torch
+        >>> payload = json.loads(cache_key_payload(torch.ones(2, dtype=torch.float16)))
+        >>> payload["version"], payload["guards"][0]
+        (1, ['tensor', "L['x']", 'torch.Tensor', 'torch.float16', 'cpu', False, [2], [1]])
     """
     from .guardset import _build
 

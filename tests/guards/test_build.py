@@ -94,14 +94,11 @@ def check(R):
         _v2 = R.b
         if not (_TG3(R, _v1, _v2)):  # TENSOR_MATCH for every tensor
             return False
-        _d3 = getattr(R, '__dict__', None) or {}
-        if not (_A4.isdisjoint(_d3)):
+        if not (_A4.isdisjoint(R.__dict__)):
             return False
-        _d4 = getattr(_v1, '__dict__', None) or {}
-        if not (_A5.isdisjoint(_d4)):
+        if not (_A5.isdisjoint(_v1.__dict__)):
             return False
-        _d5 = getattr(_v2, '__dict__', None) or {}
-        if not (_A6.isdisjoint(_d5)):
+        if not (_A6.isdisjoint(_v2.__dict__)):
             return False
         if not (R is not _v1):
             return False
