@@ -169,3 +169,25 @@ def test_bench_help_and_dispatch(tmp_path, monkeypatch, capsys):
     assert cli.main(["bench", "--quick", "--out", str(tmp_path)]) == 0
     assert seen == {"quick": True, "out": str(tmp_path)}
     assert "| x | 1.0 |" in capsys.readouterr().out
+
+
+def test_explain_degrades_clearly_without_the_guards_explainer(tmp_path, monkeypatch, capsys):
+    """An install whose guards package predates explain_recompiles still answers (in-process)."""
+    import guards
+
+    from subclass_kit import cli
+
+    (tmp_path / "prog2.py").write_text(textwrap.dedent("""
+        import torch
+        def f(x):
+            return x + 1
+        INPUTS = [(torch.ones(3),), (torch.ones(3),), (torch.ones(5),)]
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delattr(guards, "explain_recompiles")
+    assert cli.main(["explain", "prog2:f", "prog2:INPUTS", "--dynamic", "false"]) == 0
+    out = capsys.readouterr().out
+    assert "lacks build_call/explain_recompiles" in out
+    assert out.count("compiled") == 2 and "call 1: reused" in out
+    assert "dynamo: " in out and "size mismatch" in out
