@@ -139,12 +139,19 @@ class _ToLocal(torch.autograd.Function):
 class _Redistribute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, placements):
-        ctx.src = x._kit_ctx.placements
+        c = x._kit_ctx
+        ctx.src = c.placements
+        ctx.where = (c.mesh, c.coord, x.shape, x.stride())
         return relayout(x, placements)
 
     @staticmethod
     def backward(ctx, grad):
         target = tuple(Replicate() if type(p) is Partial else p for p in ctx.src)
+        if not isinstance(grad, ShardedTensor):
+            # A plain gradient is the whole global gradient: this rank keeps its part.
+            mesh, coord, shape, stride = ctx.where
+            return wrap(redistribute_local(grad, mesh, coord, (Replicate(),) * len(target), target, shape),
+                        mesh, target, coord, shape, stride, grad.dtype), None
         if grad._kit_ctx.placements == target:
             return grad, None
         return relayout(grad, target), None

@@ -58,6 +58,10 @@ class ParallelStyle:
         use_local = self.use_local_output
 
         def pre_hook(mod, args):
+            if not args:
+                raise ParallelizeError(
+                    f"{kind} on {name!r}: pass the input positionally (the hook converts args[0])."
+                )
             x = args[0]
             if isinstance(x, ShardedTensor):
                 x = redistribute(x, ref, [want_in])

@@ -87,11 +87,39 @@ def values() -> dict:
                 close(y.full_tensor(), d, msg=f"{src_name} -> {dst!r}")
                 if src_name != repr(dst) and not (type(dst) is Partial and dst.op == "avg"):
                     close(y.to_local(), _expected_local(d, dst, mesh), msg=f"{src_name} -> {dst!r} local")
+    summary["mesh"] = _meshes(mesh, g)
     summary["ops"] = _ops(mesh, g)
     summary["autograd"] = _autograd(mesh, g)
     summary["errors"] = _errors(mesh)
     summary["world"] = k
     return summary
+
+
+def _meshes(mesh, g) -> dict:
+    """2-D meshes (one mesh dim per placement), the DeviceMesh behind a tensor, pickling."""
+    import pickle
+
+    from torch.distributed.device_mesh import init_device_mesh
+
+    k = dist.get_world_size()
+    d = torch.randn(6, 5, generator=g)
+    m2 = init_device_mesh("cpu", (1, k), mesh_dim_names=("dp", "tp"))
+    out = {}
+    for pl in ([Replicate(), Shard(0)], [Shard(1), Shard(0)], [Shard(0), Replicate()]):
+        x = distribute(d, m2, pl)
+        close(x.full_tensor(), d)
+        y = x.redistribute(m2, [Shard(0), Shard(1)])
+        close(y.full_tensor(), d)
+        close((x @ distribute(d.t(), m2, [Replicate(), Shard(1)])).full_tensor(), d @ d.t())
+    out["2-D local"] = tuple(distribute(d, m2, [Shard(1), Shard(0)]).to_local().shape)
+    # A 1-D slice of the 2-D mesh carries its own group; ShardedTensors built on it resolve back.
+    tp = m2["tp"]
+    x = distribute(d, tp, [Shard(0)])
+    assert x.device_mesh is tp and distribute(d, mesh, [Shard(0)]).device_mesh is mesh
+    y = pickle.loads(pickle.dumps(x))
+    assert y.mesh == x.mesh and y.device_mesh is tp and y.placements == x.placements
+    close(y.full_tensor(), d)
+    return out
 
 
 def _ops(mesh, g) -> dict:
@@ -136,6 +164,9 @@ def _ops(mesh, g) -> dict:
         "softmax sharded": (lambda: torch.softmax(D(a, Shard(1)), 1), torch.softmax(a, 1)),
         "softmax other": (lambda: torch.softmax(D(a, Shard(0)), 1), torch.softmax(a, 1)),
         "zeros_like P": (lambda: torch.zeros_like(_partial(a, mesh, "sum")), torch.zeros_like(a)),
+        "cat sharded": (lambda: torch.cat([D(a, Shard(0)), D(a, Shard(0))]), torch.cat([a, a])),
+        "cat other": (lambda: torch.cat([D(a, Shard(0)), a], 1), torch.cat([a, a], 1)),
+        "stack": (lambda: torch.stack([D(a, Shard(1)), D(a, Shard(0))]), torch.stack([a, a])),
     }
     placements = {}
     for name, (fn, ref) in cases.items():
@@ -262,6 +293,12 @@ def mlp(hidden: int, backend: str) -> dict:
         close(xc.grad, xd.grad)
         _grads_vs_dense(tp, dense)
     summary["frames"] = cnt.frame_count
+    # An optimizer step on the sharded parameters equals the dense step.
+    opt_tp, opt_dense = (torch.optim.AdamW(m.parameters(), lr=0.1) for m in (tp, dense))
+    opt_tp.step()
+    opt_dense.step()
+    for (n, p), (_, q) in zip(tp.named_parameters(), dense.named_parameters()):
+        close(p.full_tensor(), q.detach(), msg=f"{n} after AdamW")
     if rec is not None:
         summary["fw all_reduce"] = rec.count("fw", "all_reduce")
         summary["bw all_reduce"] = rec.count("bw", "all_reduce")

@@ -60,8 +60,13 @@ sum of P: Partial('sum')
 softmax sharded: Replicate()
 softmax other: Shard(0)
 zeros_like P: Replicate()
+cat sharded: Replicate()
+cat other: Shard(0)
+stack: Shard(2)
 mul_ add_: Shard(0)""")
     assert results[0]["autograd"] == {"a.grad": "Shard(1)", "b.grad": "Shard(0)"}
+    rows = [6 // size + (r < 6 % size) for r in range(size)]
+    assert [r["mesh"]["2-D local"] for r in results] == [(n, 5) for n in rows]
     errors = [r["errors"] for r in results]
     last = errors[-1]
     assert all(e["inconsistent"] == "ok" for e in errors[:-1])

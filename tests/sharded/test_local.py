@@ -111,6 +111,7 @@ def _ops_vs_dense():
         ("sum mean amax", lambda a, b, v: a.sum(0) + a.mean(1).sum() + a.amax(1).sum()),
         ("softmax", lambda a, b, v: torch.softmax(a, 1)),
         ("linear", lambda a, b, v: torch.nn.functional.linear(a, b.t(), torch.ones(5))),
+        ("cat stack", lambda a, b, v: torch.stack([torch.cat([a, a]), torch.cat([a, a])], 1)),
     ], (a, b, v)
 
 
@@ -148,3 +149,19 @@ def test_conformance_on_samples():
     report = check_subclass(ShardedTensor, backends=("aot_eager",))
     report.raise_if_failed()
     assert any(r.name.startswith("serialization") and r.status == "pass" for r in report.rows)
+
+
+def test_tangent_coercion_moves_to_the_traced_placements():
+    d = torch.randn(4, 3)
+    x = distribute(d, LOCAL, [Shard(0)])
+    p = x.redistribute(LOCAL, [Partial()])
+    # A Partial output's tangent is traced as Replicate.
+    assert p.__coerce_tangent_metadata__().placements == (Replicate(),)
+    assert x.__coerce_tangent_metadata__() is x
+    # A runtime tangent with other placements is brought to the traced ones.
+    want = distribute(d, LOCAL, [Replicate()])._kit_ctx
+    got = x.__coerce_same_metadata_as_tangent__(want)
+    assert got._kit_ctx == want
+    torch.testing.assert_close(got.full_tensor(), d)
+    assert x.__coerce_same_metadata_as_tangent__(x._kit_ctx) is x
+    assert x.__coerce_same_metadata_as_tangent__(want.replace(dtype=torch.float64)) is None

@@ -9,6 +9,8 @@
 - ``expand``: the shard follows its dim; a sharded size-1 dim being broadcast is gathered.
 - ``slice``/``select``/``split``/``split_with_sizes``/``unbind`` along an unsharded dim act
   locally; along a sharded dim they gather it first.
+- ``cat``/``stack``: in the first operand's layout; a shard on the concatenated dim is
+  gathered first.
 
 Partial placements pass through every view unchanged (views are linear).
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from ... import aliasing
 from ..layout import local_shape
-from ..placements import Replicate, Shard
+from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
 from ._common import TensorMeta, aten, global_meta, move, planned, wrap_out
 
@@ -266,3 +268,34 @@ def as_strided(func, types, args, kwargs):
 
         unsupported(func, args, kwargs, f"as_strided{(size, stride, offset)} is not a view made of slices, selects, a permute and unsqueezes;")
     return out
+
+
+def _cat_decide(func, args, kwargs):
+    tensors = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    first = next(t for t in tensors if type(t) is ShardedTensor)
+    mesh, cur, coord = spec(first)
+    nd = first.dim() + (func is aten.stack.default)
+    dim = dim % nd
+    same_partial = [p if type(p) is not Partial or all(type(t) is ShardedTensor and spec(t)[1][i] == p for t in tensors) else Replicate()
+                    for i, p in enumerate(cur)]
+    target = tuple(Replicate() if type(p) is Shard and p.dim == dim and func is aten.cat.default else p for p in same_partial)
+    if func is aten.stack.default:
+        out_pl = _shift(target, lambda d: d + (d >= dim))
+    else:
+        out_pl = target
+    return global_meta(func, args, kwargs), target, out_pl, mesh, coord
+
+
+_cat_plan = planned(_cat_decide)
+
+
+@ShardedTensor.implements(aten.cat.default, aten.stack.default)
+def cat(func, types, args, kwargs):
+    """Concatenate (or stack) locally in the first operand's layout; a shard on the
+    concatenated dim is gathered first, plain operands count as replicated."""
+    from ._common import move_plain
+
+    meta, target, out_pl, mesh, coord = _cat_plan(func, args, kwargs)
+    locals_ = [move(t, target) if type(t) is ShardedTensor else move_plain(t, mesh, coord, target) for t in args[0]]
+    return wrap_out(func(locals_, *args[1:], **kwargs), meta, mesh, out_pl, coord)
