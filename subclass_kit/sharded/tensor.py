@@ -24,7 +24,6 @@ def _fallback(func, types, args, kwargs):
     return fallback(func, types, args, kwargs)
 
 
-
 class ShardedTensor(WrapperTensor):
     """A global tensor laid out over a DeviceMesh: this rank holds ``local``.
 
@@ -63,6 +62,8 @@ class ShardedTensor(WrapperTensor):
     __fallback__ = _fallback
 
     def __new__(cls, local, mesh, placements, coord=None, *, size=None, stride=None, requires_grad=None):
+        # Takes a DeviceMesh and any placements sequence, normalized here, so the ctx only
+        # ever holds a MeshRef and normalized placements.
         ref = mesh_ref(mesh)
         ndim = local.dim() if size is None else len(size)
         pl = normalize_placements(placements, ref.ndim, ndim, what=cls.__name__)

@@ -2,8 +2,9 @@
 arguments to the placements a rule wants, and wrapping local results.
 
 The global shape, stride and dtype of an op's result come from running the op on fake
-tensors of the *global* metadata (as DTensor does), cached per (op, argument metadata) when
-every size is a plain int. The rule of each family then only decides placements.
+tensors of the *global* metadata (as DTensor does); the rule of each family only decides
+placements. Both are pure functions of the arguments' metadata, so they are cached per op
+and argument signature whenever every size is a plain int (``planned``).
 """
 
 from __future__ import annotations
@@ -14,18 +15,23 @@ import torch
 
 from ...dispatch import raise_unsupported
 from .. import _compat
-from ..errors import MeshError
-from ..placements import Partial, Replicate, Shard, render
+from ..errors import MeshError, UnsupportedOpError
+from ..placements import Replicate, Shard
 from ..redistribute import redistribute_local
 from ..tensor import ShardedTensor, describe, spec, wrap
 
-__all__ = ["TensorMeta", "spec_of", "global_meta", "planned", "move", "move_plain", "wrap_out", "unsupported", "aten"]
+__all__ = [
+    "TensorMeta", "spec_of", "global_meta", "planned", "move", "move_plain", "wrap_out",
+    "aligned", "unsupported", "fallback", "aten",
+]
 
 aten = torch.ops.aten
 _SEQ = (list, tuple)
 
 
 class TensorMeta(NamedTuple):
+    """Global metadata of one op result."""
+
     shape: tuple
     stride: tuple
     dtype: torch.dtype
@@ -193,8 +199,6 @@ def aligned(x_shape, out_shape, out_pl: tuple) -> tuple:
 def unsupported(func, args, kwargs, why: str):
     """Raise the kit's UnsupportedOpError with a reason specific to sharding."""
     shown = ", ".join(describe(a) for a in _sharded_in(args, kwargs))
-    from ..errors import UnsupportedOpError
-
     raise UnsupportedOpError(
         f"ShardedTensor cannot run {func} on {shown}: {why} Redistribute the operands first "
         f"(.redistribute(mesh, [Replicate()])), or register a rule with "
@@ -212,5 +216,3 @@ def fallback(func, types, args, kwargs):
     ShardedTensor._kit_cache[func] = h
     return h(func, types, args, kwargs)
 
-
-__all__ += ["aligned", "fallback", "render", "Partial"]
