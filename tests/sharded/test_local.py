@@ -165,3 +165,14 @@ def test_tangent_coercion_moves_to_the_traced_placements():
     torch.testing.assert_close(got.full_tensor(), d)
     assert x.__coerce_same_metadata_as_tangent__(x._kit_ctx) is x
     assert x.__coerce_same_metadata_as_tangent__(want.replace(dtype=torch.float64)) is None
+
+
+def test_placements_are_guarded_values_are_not():
+    cnt = CompileCounterWithBackend("aot_eager")
+    f = torch.compile(lambda x: (x * 2).sum(0), backend=cnt, fullgraph=True)
+    for pl in ([Shard(0)], [Replicate()], [Shard(0)], [Shard(1)]):
+        d = torch.randn(4, 3)
+        out = f(distribute(d, LOCAL, pl))
+        torch.testing.assert_close(out.full_tensor(), (d * 2).sum(0))
+    # One graph per layout; returning to a seen layout (or new values) reuses its graph.
+    assert cnt.frame_count == 3
