@@ -299,6 +299,14 @@ def _sym_strides(size) -> list:
     return list(reversed(out))
 
 
+def _sym_col_major(size) -> list:
+    out, acc = [], 1
+    for s in size:
+        out.append(acc)
+        acc = acc * s
+    return out
+
+
 def _round_trip_symbolic(run):
     for i, x in enumerate(run.samples):
         env = _compat.shape_env()
@@ -315,16 +323,19 @@ def _round_trip_symbolic(run):
         size = tuple(
             _compat.fresh_symint(env, int(s), f"outer_size[{d}]") if int(s) > 1 else int(s) for d, s in enumerate(x.shape)
         )
-        stride = tuple(_sym_strides(size))
         _, ctx = flatten(x)
-        with mode:
-            u = _unflatten(run, inner, ctx, size, stride, what)
-        _check_type(run, u, what)
-        bad = _outer_mismatch(u, size, stride, what)
-        if bad:
-            raise Fail(
-                bad + "; under torch.compile the outer size then comes from the inner tensors' "
-                "symbols, which is wrong for derived shapes and for views",
-                _UNFLATTEN_FIX,
-            )
+        strides = [tuple(_sym_strides(size))]
+        if len(size) >= 2:
+            strides.append(tuple(_sym_col_major(size)))  # a transposed layout, symbolically
+        for stride in strides:
+            with mode:
+                u = _unflatten(run, inner, ctx, size, stride, what)
+            _check_type(run, u, what)
+            bad = _outer_mismatch(u, size, stride, what)
+            if bad:
+                raise Fail(
+                    bad + "; under torch.compile the outer size then comes from the inner tensors' "
+                    "symbols, which is wrong for derived shapes and for views",
+                    _UNFLATTEN_FIX,
+                )
     return ""

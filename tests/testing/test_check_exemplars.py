@@ -36,6 +36,7 @@ def test_exemplar_passes(cls):
 
 
 @pytest.mark.slow
+@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")  # inductor's own
 def test_exemplars_pass_with_inductor():
     classes = [c for label, c in EXEMPLARS if _local(label)]
     report = check_subclass(classes, backends=("inductor",), only=["compile[inductor]", "backward.compiled"])
