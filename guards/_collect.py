@@ -39,7 +39,7 @@ from ._kinds import (
 )
 from ._canonical import type_name
 from ._shapes import ShapeSim
-from ._sources import AttrSource, InnerSource, ItemSource, SizeSource, Source
+from ._sources import AttrSource, InnerSource, ItemSource, SizeSource, Source, rebase
 from .errors import PolicyViolationError, UnhashableContextError, UnsupportedValueError
 
 __all__ = ["Collected", "collect"]
@@ -260,12 +260,14 @@ class _Walker:
             expect = fn(t.size(), ctx)
         except Exception:
             return
+        rel = _symbolic_relations(t, src)
         for name in names:
             inner = shapes.get(InnerSource(name, src))
             if inner is None or name not in expect:
                 continue
             for d in range(min(len(expect[name]), len(inner.sizes))):
-                self.add(Relation(src, type(t), name, d))
+                rhs, syms = rel.get(SizeSource(InnerSource(name, src), d), (None, None))
+                self.add(Relation(src, type(t), name, d, rhs, syms))
                 if inner.sizes[d].is_Integer:
                     self._pinned(src, t, fn, ctx, outer, name, d, int(inner.sizes[d]), names)
 
@@ -318,6 +320,25 @@ class _Walker:
             return fn(torch.Size(probe), ctx)[name][j] == probe[k]
         except Exception:
             return False
+
+def _symbolic_relations(t, src: Source) -> dict:
+    """``{inner size source: (rhs, {symbol: source})}`` from ``symbolic.relations``, for
+    rendering; empty when symbolic cannot express them."""
+    try:
+        import symbolic
+
+        eqs = symbolic.relations(t)
+        where = {sym: rebase(s, src) for sym, s in symbolic.size_sources(t).items()}
+    except Exception:
+        return {}
+    out = {}
+    for eq in eqs:
+        lhs = where.get(eq.lhs)
+        if lhs is None or not all(s in where for s in eq.rhs.free_symbols):
+            continue
+        out[lhs] = (eq.rhs, {s: where[s] for s in eq.rhs.free_symbols})
+    return out
+
 
 def collect(roots, *, dynamic: bool | None, state: FrameState | None,
             render: Callable[[Source], str]) -> Collected:

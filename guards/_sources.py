@@ -35,6 +35,7 @@ __all__ = [
     "base_of",
     "descends_from",
     "codegen_step",
+    "rebase",
     "strip_locals",
 ]
 
@@ -167,6 +168,21 @@ def descends_from(src: Source, ancestor: Source) -> bool:
             return True
         s = base_of(s)
     return False
+
+
+def rebase(src: Source, root: Source) -> Source:
+    """``src`` (relative to a wrapper) re-rooted at ``root`` (where that wrapper sits)."""
+    if isinstance(src, Root):
+        return root
+    if isinstance(src, InnerSource):
+        return InnerSource(src.attr, rebase(src.base, root))
+    if isinstance(src, (SizeSource, StrideSource)):
+        return type(src)(rebase(src.base, root), src.dim)
+    if isinstance(src, StorageOffsetSource):
+        return StorageOffsetSource(rebase(src.base, root))
+    if isinstance(src, ItemSource):
+        return ItemSource(src.key, rebase(src.base, root))
+    raise TypeError(f"cannot re-root source {type(src).__name__} ({src})")
 
 
 def codegen_step(src: Source, parent: str) -> str:

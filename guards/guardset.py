@@ -118,10 +118,9 @@ class GuardSet:
                 if g.structural:
                     broken.append(g.source)
         if not lines and not self.check(value):
-            lines.append(
-                f"{r(ROOT) if not isinstance(self._guards[0].nodes[0], ArgSource) else 'inputs'}: "
-                "a TENSOR_MATCH check failed (dispatch keys or another property dynamo compares in C++)"
-            )
+            # Only torch's C++ TENSOR_MATCH sees some differences (e.g. dispatch keys under
+            # another TLS state); say so rather than return an empty explanation.
+            lines.append("TENSOR_MATCH: torch's C++ tensor check failed on a property not compared in Python")
         return lines
 
     def describe(self) -> list[str]:

@@ -10,7 +10,6 @@ also check that the compiled result equals eager and that every predicted GuardS
 import logging
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, seed, settings
 
 import guards

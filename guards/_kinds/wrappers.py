@@ -1,0 +1,231 @@
+"""Guards on a wrapped tensor's protocol: inner names, the flatten ctx, DTensor's spec,
+and ``__inner_shapes__`` relations."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import sympy
+
+from .._canonical import canonical, type_name
+from .._sources import (
+    AttrSource,
+    CtxFieldSource,
+    FlattenSource,
+    InnerSource,
+    SizeSource,
+    Source,
+)
+from .base import Guard, fmt, line
+
+__all__ = ["InnerNames", "CtxMatch", "SpecMatch", "Relation", "ctx_fields", "ctx_diff", "spec_diff"]
+
+
+@dataclasses.dataclass(frozen=True)
+class InnerNames(Guard):
+    """``v.__tensor_flatten__()[0] == names``: which inner tensors are present."""
+
+    source: Source
+    names: tuple
+    structural = True
+    kind = "names"
+
+    def emit(self, cg):
+        cg.check(f"{cg.var(FlattenSource(self.source, 0))} == {cg.const(list(self.names), 'N')}")
+
+    def failures(self, root, r):
+        got = list(self.source(root).__tensor_flatten__()[0])
+        if got == list(self.names):
+            return []
+        return [line(r, FlattenSource(self.source, 0), fmt(list(self.names)), fmt(got))]
+
+    def describe(self, r):
+        return f"{r(FlattenSource(self.source, 0))} == {list(self.names)!r}"
+
+    def canonical(self, r):
+        return ["names", r(self.source), list(self.names)]
+
+
+def ctx_fields(ctx) -> list[tuple[Any, Any]] | None:
+    """``[(field, value)]`` of a ctx for field-by-field explanations, or None."""
+    if hasattr(ctx, "fields") and isinstance(getattr(ctx, "fields"), tuple):
+        try:
+            pairs = [(n, v) for n, v in ctx.fields]
+        except (TypeError, ValueError):
+            pairs = None
+        if pairs is not None:
+            extra = [(k, getattr(ctx, k)) for k in ("dtype", "present") if hasattr(ctx, k)]
+            return pairs + extra
+    if dataclasses.is_dataclass(ctx) and not isinstance(ctx, type):
+        return [(f.name, getattr(ctx, f.name)) for f in dataclasses.fields(ctx)]
+    if isinstance(ctx, tuple) and hasattr(ctx, "_fields"):
+        return list(zip(ctx._fields, ctx))
+    if isinstance(ctx, (tuple, list)):
+        return list(enumerate(ctx))
+    return None
+
+
+def ctx_diff(r, src: Source, old, new) -> list[str]:
+    """One line per ctx field that differs between ``old`` and ``new``."""
+    ctx_src = FlattenSource(src, 1)
+    fo, fn = ctx_fields(old), ctx_fields(new)
+    if fo is not None and fn is not None and type(old) is type(new) and [k for k, _ in fo] == [k for k, _ in fn]:
+        out = []
+        for (k, a), (_, b) in zip(fo, fn):
+            try:
+                same = bool(a == b)
+            except Exception:
+                same = False
+            if not same:
+                out.append(line(r, CtxFieldSource(ctx_src, k), fmt(a), fmt(b)))
+        if out:
+            return out
+    return [line(r, ctx_src, fmt(old), fmt(new))]
+
+
+@dataclasses.dataclass(frozen=True)
+class CtxMatch(Guard):
+    """The flatten ctx equals the one seen at build time (or the class's ``__metadata_guard__``)."""
+
+    source: Source
+    cls: type
+    ctx: Any
+    kind = "ctx"
+
+    @property
+    def custom(self):
+        return getattr(self.cls, "__metadata_guard__", None)
+
+    def emit(self, cg):
+        got = cg.var(FlattenSource(self.source, 1))
+        exp = cg.const(self.ctx, "C")
+        if self.custom is not None:
+            cg.check(f"{cg.const(self.custom, 'M')}({exp}, {got})")
+        else:
+            cg.check(f"{got} == {exp}")
+
+    def _ok(self, got):
+        if self.custom is not None:
+            return bool(self.custom(self.ctx, got))
+        return bool(got == self.ctx)
+
+    def failures(self, root, r):
+        got = self.source(root).__tensor_flatten__()[1]
+        if self._ok(got):
+            return []
+        lines = ctx_diff(r, self.source, self.ctx, got)
+        if self.custom is not None:
+            lines = [ln + f" ({type_name(self.cls, short=True)}.__metadata_guard__ refused it)" for ln in lines]
+        return lines
+
+    def describe(self, r):
+        how = "__metadata_guard__" if self.custom is not None else "=="
+        return f"{r(FlattenSource(self.source, 1))} {how} {self.ctx!r}"
+
+    def canonical(self, r):
+        return ["ctx", r(self.source), canonical(self.ctx, where=f"the ctx of {type_name(self.cls)}")]
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecMatch(Guard):
+    """DTensor: ``v._spec._check_equals(spec, skip_shapes=True)`` (dynamo's DTENSOR_SPEC_MATCH)."""
+
+    source: Source
+    spec: Any
+    kind = "dtensor_spec"
+
+    def _check(self, got) -> bool:
+        return bool(got._check_equals(self.spec, skip_shapes=True))
+
+    def emit(self, cg):
+        fn = cg.const(self._check, "D")
+        cg.check(f"{fn}({cg.var(AttrSource(self.source, '_spec'))})")
+
+    def failures(self, root, r):
+        got = self.source(root)._spec
+        if self._check(got):
+            return []
+        return spec_diff(r, AttrSource(self.source, "_spec"), self.spec, got)
+
+    def describe(self, r):
+        return f"{r(AttrSource(self.source, '_spec'))} matches {self.spec} (shapes skipped)"
+
+    def canonical(self, r):
+        s = self.spec
+        mesh = s.mesh
+        return [
+            "dtensor_spec",
+            r(self.source),
+            [canonical(p) for p in s.placements],
+            canonical(getattr(s, "shard_order", None)),
+            [mesh.device_type, list(mesh.mesh.shape), canonical(getattr(mesh, "mesh_dim_names", None)),
+             mesh.mesh.flatten().tolist()],
+            str(s.tensor_meta.dtype) if s.tensor_meta is not None else None,
+        ]
+
+
+def spec_diff(r, spec_src: Source, old, new) -> list[str]:
+    """Lines naming the DTensorSpec fields that differ (placements, mesh, order, dtype)."""
+    out = []
+    for f in ("placements", "mesh", "shard_order"):
+        a, b = getattr(old, f, None), getattr(new, f, None)
+        if a != b:
+            out.append(line(r, AttrSource(spec_src, f), fmt(a), fmt(b)))
+    ma, mb = old.tensor_meta, new.tensor_meta
+    if (ma is None) != (mb is None):
+        out.append(line(r, AttrSource(spec_src, "tensor_meta"), fmt(ma), fmt(mb)))
+    elif ma is not None and ma.dtype != mb.dtype:
+        out.append(line(r, AttrSource(AttrSource(spec_src, "tensor_meta"), "dtype"), fmt(ma.dtype), fmt(mb.dtype)))
+    return out or [line(r, spec_src, str(old), str(new))]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Relation(Guard):
+    """An inner size equals what ``__inner_shapes__(outer_size, ctx)`` says (kit classes).
+
+    Checked by calling the class's own ``__inner_shapes__`` on the concrete sizes; rendered
+    with ``symbolic.relations`` (``L['x'].scale.size()[0] == ceiling(L['x'].size()[0]/32)``)
+    when it can express the relation.
+    """
+
+    source: Source  # the wrapper
+    cls: type
+    inner: str
+    dim: int
+    rhs: Any = None  # sympy expression over symbols in ``symbols``, or None
+    symbols: Any = None  # {sympy.Symbol: Source}
+    kind = "relation"
+
+    @property
+    def nodes(self):
+        return (self.source, InnerSource(self.inner, self.source))
+
+    def _target(self):
+        return SizeSource(InnerSource(self.inner, self.source), self.dim)
+
+    def _rhs_text(self, r) -> str:
+        if self.rhs is None:
+            return (f"{type_name(self.cls, short=True)}.__inner_shapes__({r(self.source)}.size(), ctx)"
+                    f"[{self.inner!r}][{self.dim}]")
+        return str(self.rhs.xreplace({s: sympy.Symbol(r(src)) for s, src in self.symbols.items()}))
+
+    def emit(self, cg):
+        fn = cg.const(self.cls.__inner_shapes__, "I")
+        shapes = cg.bind(("inner_shapes", self.source),
+                         f"{fn}({cg.sizes(self.source)}, {cg.var(FlattenSource(self.source, 1))})", "r")
+        cg.check(f"{shapes}[{self.inner!r}][{self.dim}] == {cg.var(self._target())}")
+
+    def failures(self, root, r):
+        t = self.source(root)
+        exp = self.cls.__inner_shapes__(t.size(), t.__tensor_flatten__()[1])[self.inner][self.dim]
+        got = self._target()(root)
+        if exp == got:
+            return []
+        return [line(r, self._target(), f"{self._rhs_text(r)} = {exp}", str(got))]
+
+    def describe(self, r):
+        return f"{r(self._target())} == {self._rhs_text(r)}"
+
+    def canonical(self, r):
+        return ["relation", r(self._target())]
