@@ -138,3 +138,12 @@ def test_direct_construction_checks_the_local_shape():
     with pytest.raises(SubclassKitError, match="__inner_shapes__ expects"):
         ShardedTensor(torch.zeros(3, 4), fake_mesh(2), [Shard(0)], (0,), size=(8, 4))
     assert isinstance(ShardShapeError("x"), ValueError)
+
+
+def test_guard_explanations_name_the_placements():
+    m = fake_mesh(2)
+    x = _st((8, 4), (Shard(0),), m, (0,))
+    g = guards.build(x)
+    assert g.check(_st((8, 4), (Shard(0),), m, (0,)))
+    assert_expected_inline(str(g.explain(_st((8, 4), (Replicate(),), m, (0,)))), """\
+["L['x'].__tensor_flatten__()[1].placements: expected (Shard(0),), got (Replicate(),)"]""")
