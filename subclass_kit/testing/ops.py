@@ -146,12 +146,11 @@ def catalog() -> list:
 
 def _registered_ops(cls) -> set:
     """Aten ops a kit class (or a parent) registered with ``implements``."""
-    out = set()
-    for klass in cls.__mro__:
-        own = klass.__dict__.get("_kit_own_ops")
-        if own:
-            out.update(own)
-    return out
+    from ..dispatch import registered_ops
+
+    if not hasattr(cls, "_kit_own_ops"):
+        return set()
+    return set(registered_ops(cls))
 
 
 def _unary_schema(op) -> bool:
