@@ -145,5 +145,4 @@ def test_guard_explanations_name_the_placements():
     x = _st((8, 4), (Shard(0),), m, (0,))
     g = guards.build(x)
     assert g.check(_st((8, 4), (Shard(0),), m, (0,)))
-    assert_expected_inline(str(g.explain(_st((8, 4), (Replicate(),), m, (0,)))), """\
-["L['x'].__tensor_flatten__()[1].placements: expected (Shard(0),), got (Replicate(),)"]""")
+    assert_expected_inline(str(g.explain(_st((8, 4), (Replicate(),), m, (0,)))), """["L['x'].__tensor_flatten__()[1].placements: expected (Shard(0),), got (Replicate(),)", "L['x'].local.size()[0]: expected 4, got 8"]""")
