@@ -7,6 +7,6 @@ from __future__ import annotations
 from subclass_kit.sharded import MeshRef
 
 
-def fake_mesh(k: int, coord_rank: int = 0) -> MeshRef:
+def fake_mesh(k: int) -> MeshRef:
     """A 1-D mesh of ``k`` ranks (groups named but never used in-process)."""
     return MeshRef("cpu", (k,), tuple(range(k)), None, (f"no-group-{k}",))
