@@ -120,6 +120,8 @@ def test_dtensor_spec_reason_names_the_placement(mesh):
         "L['x']._spec.placements: expected (Shard(dim=0),), got (Replicate(),)",
         "L['x']._spec.shard_order: expected (ShardOrderEntry(tensor_dim=0, mesh_dims=(0,)),), got ()",
     ]
+    assert guards.cache_key(a) == guards.cache_key(distribute_tensor(torch.randn(4, 3), mesh, [Shard(0)]))
+    assert guards.cache_key(a) != guards.cache_key(b)
     r = guards.explain_recompiles(lambda x: x * 2, [(a,), (b,)], dynamic=False)
     assert r.agrees, str(r)
     (reason,) = r.calls[1].reasons
