@@ -1,9 +1,9 @@
 """Walks a value the way dynamo wraps a frame's inputs and collects the guards it would install.
 
 Order follows dynamo's ``VariableBuilder``: a container's type and length (or keys) before
-its items; a wrapped tensor's type, ctx, own TENSOR_MATCH and marks before its inner
-tensors, then the inner names; shape guards (duck sizing, stride relations, ranges) and
-``__inner_shapes__`` relations after every input has been seen, as dynamo emits its
+its items; a wrapped tensor's type, ctx and inner names, its own TENSOR_MATCH and marks,
+then its inner tensors; aliasing, ``__inner_shapes__`` relations and shape guards (duck
+sizing, stride relations, ranges) after every input has been seen, as dynamo emits its
 ShapeEnv guards last.
 """
 
@@ -56,6 +56,7 @@ class Collected:
     guards: list = field(default_factory=list)
     tensor_matches: list = field(default_factory=list)  # TensorMatch, in order
     sim: ShapeSim | None = None
+    examples: list | None = None  # the matched tensors, only while compiling the check
 
 
 class _Walker:

@@ -55,9 +55,10 @@ class GuardSet:
             g.emit(cg)
         tms = list(self._tensor_matches)
         if tms:
-            examples = getattr(collected, "examples", None)
-            fn = _compat.tensor_guards(examples, [list(t.sizes) for t in tms], [list(t.strides) for t in tms]) \
-                if examples is not None else None
+            examples = collected.examples
+            fn = None
+            if examples is not None:
+                fn = _compat.tensor_guards(examples, [list(t.sizes) for t in tms], [list(t.strides) for t in tms])
             if fn is not None:
                 args = ", ".join(cg.var(t.source) for t in tms)
                 cg.check(f"{cg.const(fn, 'TG')}({args})", "TENSOR_MATCH for every tensor")
@@ -186,6 +187,7 @@ def _build(roots, *, name: str, dynamic, state: FrameState | None, compile: bool
 
 
 def _root_value(roots):
+    """What ``check`` receives: the value itself, or the tuple of a call's arguments."""
     if len(roots) == 1 and roots[0][0] is ROOT:
         return roots[0][1]
     return tuple(v for _, v, _ in roots)
@@ -244,9 +246,4 @@ def build_call(args: Sequence[Any], names: Sequence[str], *, policies: Sequence[
     """
     policies = list(policies) if policies is not None else [None] * len(args)
     roots = [(ArgSource(i, n), a, p) for i, (a, n, p) in enumerate(zip(args, names, policies))]
-    render = _renderer("x")
-    collected = collect(roots, dynamic=dynamic, state=state, render=render)
-    collected.examples = [tm.source(tuple(args)) for tm in collected.tensor_matches]
-    gs = GuardSet(collected, render=render)
-    collected.examples = None
-    return gs
+    return _build(roots, name="x", dynamic=dynamic, state=state)

@@ -33,10 +33,14 @@ class TDesc:
 
 @dataclass(frozen=True)
 class Call:
-    """The positional arguments of one call: a tensor-like and an optional leaf."""
+    """One call: a tensor-like, an optional leaf and, for packed calls, a second tensor-like
+    (``alias``: the very same object as ``x``) inside a list or dict argument."""
 
     x: TDesc
     leaf: object = None
+    y: TDesc | None = None
+    alias: bool = False
+    pack: str = "args"  # "args": f(x[, leaf]); "list": f([x, y(, leaf)]); "dict": f({"x", "y"(, "n")})
 
 
 def _dense(shape, layout, dtype, seed):
@@ -95,7 +99,22 @@ def make(d: TDesc, seed: int = 0) -> torch.Tensor:
 
 def args_of(c: Call, seed: int) -> tuple:
     x = make(c.x, seed)
-    return (x,) if c.leaf is None else (x, c.leaf)
+    if c.pack == "args":
+        return (x,) if c.leaf is None else (x, c.leaf)
+    y = x if c.alias else make(c.y, seed + 7)
+    if c.pack == "list":
+        return ([x, y] if c.leaf is None else [x, y, c.leaf],)
+    d = {"x": x, "y": y}
+    if c.leaf is not None:
+        d["n"] = c.leaf
+    return (d,)
+
+
+def fn_for(calls):
+    c = calls[0]
+    if c.pack != "args":
+        return fn3
+    return fn1 if c.leaf is None else fn2
 
 
 def fn1(x):
@@ -110,8 +129,27 @@ def fn2(x, leaf):
     return x * 2 if leaf == "a" else x * 3
 
 
+def fn3(p):
+    if isinstance(p, dict):
+        a, b, n = p["x"], p["y"], p.get("n")
+    else:
+        a, b, n = p[0], p[1], (p[2] if len(p) > 2 else None)
+    # Every leaf value is read (dynamo guards only what the function reads).
+    if isinstance(n, bool):
+        k = 2 if n else 3
+    elif isinstance(n, (int, float)):
+        k = n
+    elif n is None:
+        k = 2
+    else:
+        k = 2 if n == "a" else 3
+    return [a * k, b * 3]
+
+
 def dense(out):
     """Comparable dense value of a result (wrappers flattened to their inner tensors)."""
+    if isinstance(out, (list, tuple)):
+        return tuple(dense(o) for o in out)
     if isinstance(out, torch.Tensor) and type(out) is not torch.Tensor and hasattr(out, "__tensor_flatten__"):
         names, ctx = out.__tensor_flatten__()
         return (type(out).__name__, repr(ctx), tuple(dense(getattr(out, n)) for n in names))
@@ -189,12 +227,16 @@ _leaves = st.one_of(st.none(), st.sampled_from([2, 3, 1, 0, 2.5, True, False, "a
 def sequences(draw, max_calls=4):
     """``(dynamic, calls)``: a compile mode and 2..max_calls related calls."""
     dynamic = draw(st.sampled_from([False, None, True]))
+    pack = draw(st.sampled_from(["args", "args", "list", "dict"]))
     base = draw(tdescs())
+    ybase = draw(tdescs()) if pack != "args" else None
     with_leaf = draw(st.booleans())
     calls = []
     for _ in range(draw(st.integers(2, max_calls))):
         leaf = draw(_leaves) if with_leaf else None
         if with_leaf and leaf is None:
             leaf = "b"
-        calls.append(Call(draw(mutate(base)), leaf))
+        y = draw(mutate(ybase)) if ybase is not None else None
+        alias = pack != "args" and draw(st.integers(0, 4)) == 0
+        calls.append(Call(draw(mutate(base)), leaf, y, alias, pack))
     return dynamic, calls

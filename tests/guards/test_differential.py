@@ -26,7 +26,7 @@ _SETTINGS = dict(deadline=None, database=None, suppress_health_check=list(Health
 
 def _run(seq):
     dynamic, calls = seq
-    fn = _gen.fn1 if calls[0].leaf is None else _gen.fn2
+    fn = _gen.fn_for(calls)
     inputs = [_gen.args_of(c, i) for i, c in enumerate(calls)]
     report = guards.explain_recompiles(fn, inputs, backend="eager", dynamic=dynamic)
     assert report.agrees, f"\n{report}"
