@@ -51,7 +51,7 @@ def _arg(args, kwargs, idx, name):
     return kwargs[name]
 
 
-def correct_aliasing(func, args, kwargs, out):
+def correct_aliasing(func, args, kwargs, out, plan=None):
     """Make ``out`` alias its inputs as ``func``'s schema says, and return what to return.
 
     Equivalent to ``torch.utils._python_dispatch.return_and_correct_aliasing`` for the ops a
@@ -65,9 +65,11 @@ def correct_aliasing(func, args, kwargs, out):
         >>> y.untyped_storage()._cdata == x.untyped_storage()._cdata
         True
     """
-    p = _PLANS.get(func)
+    p = plan
     if p is None:
-        p = _plan(func)
+        p = _PLANS.get(func)
+        if p is None:
+            p = _plan(func)
     if p is _NONE:
         return out
     if p.inplace_view:

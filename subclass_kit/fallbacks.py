@@ -85,7 +85,7 @@ def map_inner(func, types, args, kwargs):
         >>> p.a.tolist(), p.b.tolist()
         ([3.0, 3.0], [0.0, 0.0])
     """
-    tmpl = _first_wrapper(args, kwargs)
+    tmpl = args[0] if args and isinstance(args[0], WrapperTensor) else _first_wrapper(args, kwargs)
     cls = type(tmpl)
     d = tmpl.__dict__
     results = [
@@ -96,8 +96,8 @@ def map_inner(func, types, args, kwargs):
     if plan is aliasing.FUNCTIONAL:
         return wrap_like(tmpl, results)
     if plan.write_args is not None:
-        return aliasing.correct_aliasing(func, args, kwargs, None)
-    return aliasing.correct_aliasing(func, args, kwargs, wrap_like(tmpl, results))
+        return aliasing.correct_aliasing(func, args, kwargs, None, plan)
+    return aliasing.correct_aliasing(func, args, kwargs, wrap_like(tmpl, results), plan)
 
 
 def _plain(x, func):
