@@ -208,8 +208,9 @@ class _Walker:
                 else:  # an opaque reference (e.g. a DeviceMesh): its type only
                     self.add(TypeMatch(isrc, type(inner), structural=False))
             self.wrappers.append((src, t))
-        if not _compat.is_fake(t) and t._is_view() and t._base is not None:
-            self.base(t._base, AttrSource(src, "_base"))
+        base = None if _compat.is_fake(t) else _compat.view_base(t)
+        if base is not None:
+            self.base(base, AttrSource(src, "_base"))
 
     def base(self, b: torch.Tensor, src: Source) -> None:
         """A view's base: dynamo fakeifies it (symbols, symbolic guards) but does not match it."""
@@ -226,9 +227,10 @@ class _Walker:
         # dynamo: TYPE_MATCH, the spec (placements, mesh, order, dtype; shapes skipped),
         # requires_grad by value, then the local tensor in full. No TENSOR_MATCH on the outer.
         self.add(TypeMatch(src, type(t)))
-        self.add(SpecMatch(src, copy.deepcopy(t._spec)))
+        self.add(SpecMatch(src, copy.deepcopy(_compat.dtensor_spec(t))))
         _, inner_pol = split_policy(policy)
-        self.tensor(t._local_tensor, InnerSource("_local_tensor", src), inner_pol.get("_local_tensor"), nested=True)
+        self.tensor(_compat.dtensor_local(t), InnerSource("_local_tensor", src), inner_pol.get("_local_tensor"),
+                    nested=True)
         self.add(ValueMatch(AttrSource(src, "requires_grad"), bool(t.requires_grad)))
 
     # -- after all inputs --------------------------------------------------------------

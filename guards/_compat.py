@@ -17,6 +17,10 @@ __all__ = [
     "is_traceable_wrapper_subclass",
     "is_fake",
     "is_dtensor",
+    "view_base",
+    "dtensor_spec",
+    "dtensor_local",
+    "dtensor_spec_matches",
     "tensor_guards",
     "dispatch_keys",
     "sym_value",
@@ -61,6 +65,26 @@ def is_dtensor(t: Any) -> bool:
     except ImportError:  # pragma: no cover - torch built without distributed
         return False
     return isinstance(t, DTensor)
+
+
+def view_base(t: torch.Tensor):
+    """The base of a view (``t._base``) or None; dynamo fakeifies it and guards its symbols."""
+    return t._base if t._is_view() else None
+
+
+def dtensor_spec(t):
+    """A DTensor's spec (``t._spec``): placements, mesh, shard order, tensor meta."""
+    return t._spec
+
+
+def dtensor_local(t) -> torch.Tensor:
+    """A DTensor's local shard (``t._local_tensor``), the tensor dynamo TENSOR_MATCHes."""
+    return t._local_tensor
+
+
+def dtensor_spec_matches(got, expected) -> bool:
+    """dynamo's DTENSOR_SPEC_MATCH: ``_check_equals(expected, skip_shapes=True)``."""
+    return bool(got._check_equals(expected, skip_shapes=True))
 
 
 def tensor_guards(tensors, sizes, strides) -> Callable[..., bool] | None:

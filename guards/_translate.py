@@ -27,8 +27,8 @@ _OPAQUE = re.compile(r"(___check_metadata_\d+_c[\w/]+|__dtensor_spec_\d+)")
 def _wrapped(v: Any, src: Source, out: dict, render: Callable[[Source], str]) -> None:
     if isinstance(v, torch.Tensor):
         if _compat.is_dtensor(v):
-            out[render(AttrSource(src, "_spec"))] = ("spec", src, copy.deepcopy(v._spec))
-            _wrapped(v._local_tensor, InnerSource("_local_tensor", src), out, render)
+            out[render(AttrSource(src, "_spec"))] = ("spec", src, copy.deepcopy(_compat.dtensor_spec(v)))
+            _wrapped(_compat.dtensor_local(v), InnerSource("_local_tensor", src), out, render)
         elif _compat.is_traceable_wrapper_subclass(v):
             names, ctx = v.__tensor_flatten__()
             out[render(src)] = ("ctx", src, copy.deepcopy(ctx))
