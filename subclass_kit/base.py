@@ -8,7 +8,6 @@ built-in handlers (``defaults.py``).
 
 from __future__ import annotations
 
-import sys
 import warnings
 from typing import Any, ClassVar, dataclass_transform
 

@@ -18,7 +18,7 @@ import torch
 from . import _compat
 from .errors import UnsupportedOpError
 
-__all__ = ["registered_ops", "register_ops", "register_torch_functions", "resolve", "torch_function", "raise_unsupported"]
+__all__ = ["registered_ops", "find_registered", "register_ops", "register_torch_functions", "resolve", "torch_function", "raise_unsupported"]
 
 _ALL_CLASSES: "weakref.WeakSet[type]" = weakref.WeakSet()
 
@@ -104,7 +104,17 @@ def register_torch_functions(cls, fns) -> Callable:
     return decorator
 
 
-def _resolve(cls, func):
+def find_registered(cls, func):
+    """The handler registered for ``func`` on ``cls`` or a parent (overload before its
+    packet at every level), or None. Classes that replace the resolution order (e.g. a
+    pending collective result) start from this.
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit.examples import ScaledTensor
+        >>> find_registered(ScaledTensor, torch.ops.aten.mm.default).__name__
+        '_mm'
+    """
     packet = getattr(func, "overloadpacket", None)
     for klass in cls.__mro__:
         own = klass.__dict__.get("_kit_own_ops")
@@ -115,6 +125,13 @@ def _resolve(cls, func):
             h = own.get(packet)
         if h is not None:
             return h
+    return None
+
+
+def _resolve(cls, func):
+    h = find_registered(cls, func)
+    if h is not None:
+        return h
     from .defaults import builtin_handler
 
     h = builtin_handler(cls, func)

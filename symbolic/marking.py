@@ -7,7 +7,7 @@ it always does. Marks are additive, as torch's are.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+
 from typing import Any
 
 import torch

@@ -15,10 +15,35 @@ import platform
 
 import torch
 
-__all__ = ["SUITES", "main", "markdown_table"]
+__all__ = ["SUITES", "main", "markdown_table", "side_by_side"]
 
 # Suites that may not exist yet (they arrive with their features) are skipped, not failed.
 SUITES = ("dispatch_bench", "guards_bench", "collectives_bench")
+
+
+def side_by_side(fns: dict, *, number: int, repeat: int) -> dict:
+    """``{name: (median_us, best_us)}`` per call of each fn, measured round-robin in
+    blocks so that load from other processes hits every implementation alike.
+
+    Example:
+        >>> r = side_by_side({"noop": lambda: None}, number=10, repeat=3)
+        >>> sorted(r), len(r["noop"])
+        (['noop'], 2)
+    """
+    import statistics
+    import time
+
+    for fn in fns.values():
+        for _ in range(max(5, number // 10)):
+            fn()
+    samples: dict = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(number):
+                fn()
+            samples[k].append((time.perf_counter() - t0) / number * 1e6)
+    return {k: (statistics.median(v), min(v)) for k, v in samples.items()}
 
 
 def markdown_table(rows: list) -> str:

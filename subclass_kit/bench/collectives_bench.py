@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime
 import multiprocessing
 import os
-import statistics
 import time
 
 __all__ = ["run"]
@@ -32,17 +31,9 @@ def _timed(fns: dict, number: int, repeat: int) -> dict:
     round-robin so that load from other processes hits every implementation alike; the
     best block is the least disturbed one, so ratios use it (the median is reported too).
     """
-    for fn in fns.values():
-        for _ in range(max(5, number // 10)):
-            fn()
-    samples: dict = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(number):
-                fn()
-            samples[k].append((time.perf_counter() - t0) / number * 1e6)
-    return {k: (statistics.median(v), min(v)) for k, v in samples.items()}
+    from . import side_by_side
+
+    return side_by_side(fns, number=number, repeat=repeat)
 
 
 def _rows(group: str, name: str, res: dict, ws: int, base: str) -> list:

@@ -7,9 +7,6 @@ op on its two inner tensors and wraps the first result's metadata, no aliasing f
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 
 from .. import _compat
@@ -47,18 +44,9 @@ class FloorTwo(torch.Tensor):
 
 
 def _side_by_side(fns: dict, *, number: int, repeat: int) -> dict:
-    """Median µs per call of each fn, measured round-robin so load changes hit all alike."""
-    for fn in fns.values():
-        for _ in range(max(10, number // 10)):
-            fn()
-    samples: dict = {k: [] for k in fns}
-    for _ in range(repeat):
-        for k, fn in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(number):
-                fn()
-            samples[k].append((time.perf_counter() - t0) / number * 1e6)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    from . import side_by_side
+
+    return {k: med for k, (med, _best) in side_by_side(fns, number=number, repeat=repeat).items()}
 
 
 def _ops(x, y):

@@ -37,6 +37,7 @@ import torch
 from .. import SubclassCtx, WrapperTensor, _compat as _kit_compat, inner
 from . import _compat
 from ._pending import Pending
+from ..dispatch import find_registered
 
 __all__ = ["AsyncCollectiveTensor"]
 
@@ -331,16 +332,9 @@ _VIEW_METHODS = {
 
 
 def _resolve(cls, func):
-    packet = getattr(func, "overloadpacket", None)
-    for klass in cls.__mro__:
-        own = klass.__dict__.get("_kit_own_ops")
-        if own is None:
-            continue
-        h = own.get(func)
-        if h is None and packet is not None:
-            h = own.get(packet)
-        if h is not None:
-            return h
+    h = find_registered(cls, func)
+    if h is not None:
+        return h
     if _compat.is_pure_view(func):
         return _view_handler(func)
     if _compat.writes_an_argument(func):

@@ -15,7 +15,6 @@ stale metadata.
 
 from __future__ import annotations
 
-import torch
 
 from . import _compat
 from .compare import difference
