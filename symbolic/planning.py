@@ -176,6 +176,22 @@ def _derive_dim(info: TensorShape, j: int, outer: dict[int, Dim], root: TensorSh
         else:
             ranges[s] = (None, None)
     lo, hi = _compat.bound(expr, ranges)
+    if (
+        lo is not None
+        and lo < 2
+        and (hi is None or hi >= 2)
+        and any(d.min is not None for d in kinds if d.kind == "dynamic")
+    ):
+        # The range reaches 0 or 1 here (ceil(rows / block) for rows <= block) and 2+
+        # elsewhere: dynamo specializes sizes 0 and 1, so one graph cannot serve the whole
+        # outer range and dynamo would fail deep in guard generation. Say so here.
+        here = info.source.render("x")
+        raise PolicyError(
+            f"{here}.size({j}) = {expr} spans [{lo}, {hi if hi is not None else 'inf'}] over "
+            f"the requested outer range; dynamo specializes sizes 0 and 1, so no single graph "
+            f"can serve it. Raise the outer min so that {expr} >= 2, split the range at that "
+            f"boundary, or mark the outer dim with Dim.auto() (maybe_mark_dynamic)."
+        )
     # Dynamo specializes sizes 0 and 1, so a range that admits at most one size >= 2
     # can only ever produce one graph: say static rather than ask torch for a
     # "fully constrained" dynamic dim, which it rejects.

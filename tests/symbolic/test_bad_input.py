@@ -115,3 +115,22 @@ def test_errors_leave_no_marks_behind():
     with pytest.raises(PolicyError):
         symbolic.mark_dynamic(x, 0, inner={"qdata": [0], "scale": [9]})
     assert symbolic.marks(x) == SubclassPolicy()
+
+
+def test_outer_range_whose_derived_size_reaches_one_is_refused_with_advice():
+    # rows in [2, 64] with block 32 gives a scale of 1 row (specialized by dynamo) for
+    # rows <= 32 and 2 rows above: no single graph can serve it. torch itself only fails
+    # later, deep in guard generation, with a ConstraintViolationError on qdata.
+    from subclass_kit.examples import BlockScaled
+
+    x = BlockScaled.from_float(torch.randn(40, 4))
+    with pytest.raises(PolicyError) as e:
+        symbolic.mark_dynamic(x, 0, min=2, max=64)
+    msg = str(e.value)
+    assert "x.scale.size(0) = ceiling(s0/32)" in msg and "[1, 2]" in msg
+    assert "Dim.auto()" in msg
+    # Nothing was marked: the tensor compiles as if untouched.
+    assert not getattr(x, "_dynamo_dynamic_indices", set())
+    # The advice works: raising min past the boundary is accepted.
+    symbolic.mark_dynamic(x, 0, min=33, max=64)
+    assert 0 in x._dynamo_dynamic_indices
