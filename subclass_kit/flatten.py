@@ -16,8 +16,6 @@ the outer size and stride it is given instead of re-deriving them from inner ten
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 
 import torch
 
@@ -32,9 +30,6 @@ __all__ = [
     "deepcopy",
     "wrapper_repr",
 ]
-
-HASH_VERSION = 1
-
 
 def tensor_flatten(self):
     # Dynamo's guard on a wrapped input calls this on every call of the compiled function:
@@ -56,35 +51,15 @@ def tensor_unflatten(cls, inner_tensors, ctx, outer_size, outer_stride):
     return from_parts(cls, inners, ctx, outer_size, outer_stride, offset, ctx.dtype, primary.device)
 
 
-def _tensor_payload(t) -> object:
-    if hasattr(t, "_stable_hash_for_caching"):
-        return {"hash": t._stable_hash_for_caching()}
-    return {
-        "type": f"{type(t).__module__}.{type(t).__qualname__}",
-        "dtype": str(t.dtype),
-        "device": t.device.type,
-        "shape": [str(s) for s in t.shape],
-        "stride": [str(s) for s in t.stride()],
-        "requires_grad": bool(t.requires_grad),
-    }
-
-
 def stable_hash(self) -> str:
-    """sha256 of canonical JSON: class, ctx, outer and inner metadata. Same in every process
-    (no ``hash()``, ids or addresses); symbolic sizes enter by name (``s0``), so it also
-    serves dynamic-shape graphs, where pickling the sizes would fail."""
-    cls = type(self)
-    d = self.__dict__
-    payload = {
-        "v": HASH_VERSION,
-        "class": f"{cls.__module__}.{cls.__qualname__}",
-        "ctx": self._kit_ctx.canonical(),
-        "shape": [str(s) for s in self.shape],
-        "stride": [str(s) for s in self.stride()],
-        "requires_grad": bool(self.requires_grad),
-        "inner": {n: _tensor_payload(d[n]) for n in self._kit_ctx.present},
-    }
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+    """``guards.cache_key(self)``: canonical JSON + sha256 of class, ctx and every guarded
+    property (dtype, device, requires_grad, static sizes and strides, dynamic dims by
+    their marks). The same in every process (no ``hash()``, ids or addresses), equal
+    exactly when the same compiled artifact may serve, and defined for the fake tensors
+    with symbolic sizes AOTAutograd hashes (where pickling the sizes would fail)."""
+    from guards import cache_key
+
+    return cache_key(self)
 
 
 def rebuild(cls, inners: dict, ctx, size, stride, requires_grad, is_param=False):
