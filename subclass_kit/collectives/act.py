@@ -182,7 +182,7 @@ class AsyncCollectiveTensor(WrapperTensor):
             cell = d["_kit_pending"]
             if cell is None and type(elem) is _FunctionalTensor:
                 return elem.view(args[1])
-            return _wrap(elem.view(args[1]), cell)
+            return _alias(_wrap(elem.view(args[1]), cell), args[0])
         try:
             h = cls._kit_cache[func]
         except KeyError:
@@ -201,6 +201,16 @@ def _ctx(dtype):
             AsyncCollectiveTensor.__kit_spec__.qualname, (), (), dtype, ("elem",)
         )
     return c
+
+
+_unsafe_set = _kit_compat.functionalize_unsafe_set
+
+
+def _alias(view, base):
+    # A view must share the wrapper-level storage of its base, as the schema says;
+    # AOTAutograd reads that to tell views of inputs from new tensors.
+    _unsafe_set(view, base)
+    return view
 
 
 def _wrap(elem, cell):
@@ -286,8 +296,8 @@ def _view_handler(func):
         if _plain_view_in_trace(cell, elem):
             return out
         if isinstance(out, _Tensor):
-            return _wrap(out, cell)
-        return type(out)(_wrap(o, cell) for o in out)
+            return _alias(_wrap(out, cell), a)
+        return type(out)(_alias(_wrap(o, cell), a) for o in out)
 
     return view
 
@@ -312,7 +322,7 @@ def _view_fast(func, types, args, kwargs):
     cell = d["_kit_pending"]
     if cell is None and type(elem) is _FunctionalTensor:
         return elem.view(args[1])
-    return _wrap(elem.view(args[1]), cell)
+    return _alias(_wrap(elem.view(args[1]), cell), args[0])
 
 
 def _wait_handler(func, types, args, kwargs):

@@ -310,3 +310,21 @@ def test_export_non_strict_traces_collective_and_wait():
         assert "_c10d_functional.all_reduce.default" in targets
         assert "_c10d_functional.wait_tensor.default" in targets
         assert kind == "Tensor" and values == [4.0, 4.0, 4.0]
+
+
+def test_views_alias_their_base_at_the_wrapper_level():
+    # The view schema says the result aliases its input; AOTAutograd tells views of
+    # inputs from new tensors by the wrapper's storage, so a view must share it.
+    # (An ACT over a plain buffer has nothing pending: no process group needed.)
+    x = kit.AsyncCollectiveTensor(torch.randn(4, 4))
+    base = x.untyped_storage()._cdata
+    for name, view in [
+        ("view", lambda t: t.view(16)),
+        ("t", lambda t: t.t()),
+        ("detach", lambda t: t.detach()),
+        ("slice", lambda t: t[1:]),
+        ("unbind", lambda t: t.unbind(0)[0]),
+    ]:
+        y = view(x)
+        assert type(y) is kit.AsyncCollectiveTensor, name
+        assert y.untyped_storage()._cdata == base, name
