@@ -13,11 +13,6 @@ _REPO = pathlib.Path(__file__).resolve().parents[2]
 _SUBPACKAGES = ("subclass_kit", "subclass_kit/examples")
 _EXTRA = ("symbolic.arith", "symbolic.sources")
 
-# Docstrings whose examples currently fail because of a base-class bug
-# (/work/notes/requests-basetests.md); remove an entry when it is fixed (strict xfail says so).
-_KNOWN: dict = {}
-
-
 def _module_names():
     names = []
     for sub in _SUBPACKAGES:
@@ -33,8 +28,7 @@ def _doctests():
         module = importlib.import_module(name)
         for test in finder.find(module, name):
             if test.examples:
-                marks = [pytest.mark.xfail(reason=_KNOWN[test.name], strict=True)] if test.name in _KNOWN else []
-                out.append(pytest.param(test, id=test.name, marks=marks))
+                out.append(pytest.param(test, id=test.name))
     return out
 
 
