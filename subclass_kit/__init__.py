@@ -18,6 +18,19 @@ from .errors import (
 )
 from .fields import inner as inner, meta as meta
 
+
+def _installed_version() -> str:
+    # One source of truth: pyproject's version, read back from the installed metadata.
+    from importlib import metadata
+
+    try:
+        return metadata.version("subclass-kit")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, never installed
+        return "0+unknown"
+
+
+__version__: str = _installed_version()
+
 __all__ = [
     "WrapperTensor",
     "inner",
