@@ -24,6 +24,7 @@ import importlib
 import importlib.util
 import inspect
 import json
+import logging
 import os
 import sys
 import time
@@ -350,11 +351,23 @@ def _cmd_bench(args) -> int:
     run = getattr(bench, "main", None)
     if run is None:
         raise UsageError("the benchmark suite is not available in this install (subclass_kit.bench.main is missing)")
-    rows = run(quick=args.quick, out=args.out)
+    # Progress (suite started / finished, chart written or not) is logged by the suite.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log = logging.getLogger("subclass_kit.bench")
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        rows = run(quick=args.quick, out=args.out)
+    finally:
+        log.removeHandler(handler)
     table = getattr(bench, "markdown_table", None)
     if rows and table is not None:
         print(table(rows))
-    print(f"\nwrote {os.path.join(args.out, 'bench.json')}, bench.md and bench.png ({len(rows or [])} rows)")
+    written = [f for f in ("bench.json", "bench.md", "bench.png") if os.path.exists(os.path.join(args.out, f))]
+    print(f"\nwrote {', '.join(written) or 'nothing'} into {args.out} ({len(rows or [])} rows)")
+    if "bench.png" not in written:
+        print("no chart: it needs matplotlib, pip install 'subclass-kit[bench]'")
     return 0
 
 

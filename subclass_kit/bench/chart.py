@@ -1,88 +1,156 @@
-"""A dependency-free PNG bar chart (zlib + a 5x7 bitmap font), so the benchmark writes its
-picture on any machine the kit installs on, without matplotlib."""
+"""The benchmark chart: one panel per suite, each bar an implementation's time as a ratio to
+the reference implementation of its case, on a log axis (matplotlib, the ``bench`` extra)."""
 
 from __future__ import annotations
 
-import struct
-import zlib
+import logging
 
-__all__ = ["bar_chart_png"]
+__all__ = ["CHART_HINT", "figure", "write_chart"]
 
-# 5x7 glyphs, one string of 7 rows of 5 bits per character.
-_FONT_SRC = {
-    "0": "01110100011001110101110011000101110", "1": "00100011000010000100001000010001110",
-    "2": "01110100010000100010001000100011111", "3": "11111000100010000010000011000101110",
-    "4": "00010001100101010010111110001000010", "5": "11111100001111000001000011000101110",
-    "6": "00110010001000011110100011000101110", "7": "11111000010001000100010000100001000",
-    "8": "01110100011000101110100011000101110", "9": "01110100011000101111000010001001100",
-    ".": "00000000000000000000000000110001100", "x": "00000000001000101010001000101010001",
-    "_": "00000000000000000000000000000011111", "-": "00000000000000011111000000000000000",
-    ":": "00000011000110000000011000110000000", "/": "00000000010001000100010001000000000",
-    " ": "0" * 35, "*": "00000001001010101110101010010000000", "+": "00000001000010011111001000010000000",
+_log = logging.getLogger(__name__)
+
+CHART_HINT = "the chart needs matplotlib: pip install 'subclass-kit[bench]'"
+
+# One colour per kind of implementation (colour-blind safe, Okabe-Ito), same in every panel.
+_COLOURS = {
+    "kit": "#0072B2",
+    "torch": "#E69F00",
+    "native": "#555555",
+    "floor": "#999999",
+    "plain": "#CCCCCC",
+    "scaling": "#009E73",
 }
-_LETTERS = {
-    "a": "00000000000111000001011111000101111", "b": "10000100001011011001100011000111110",
-    "c": "00000000000111010000100001000101110", "d": "00001000010110110011100011000101111",
-    "e": "00000000000111010001111111000001110", "f": "00110010010100011100010000100001000",
-    "g": "00000011111000110001011110000101110", "h": "10000100001011011001100011000110001",
-    "i": "00100000000110000100001000010001110", "j": "00010000000011000010000101001001100",
-    "k": "10000100001001010100110001010010010", "l": "01100001000010000100001000010001110",
-    "m": "00000000001101010101101011000110001", "n": "00000000001011011001100011000110001",
-    "o": "00000000000111010001100011000101110", "p": "00000000001111010001111101000010000",
-    "q": "00000000000110110011011110000100001", "r": "00000000001011011001100001000010000",
-    "s": "00000000000111010000011100000111110", "t": "01000010001110001000010000100100110",
-    "u": "00000000001000110001100011001101101", "v": "00000000001000110001100010101000100",
-    "w": "00000000001000110001101011010101010", "y": "00000000001000110001011110000101110",
-    "z": "00000000001111100010001000100011111",
+_LEGEND = {
+    "kit": "subclass_kit",
+    "torch": "torch",
+    "native": "native op (no wrapper)",
+    "floor": "floor (minimal wrapper)",
+    "plain": "plain tensor",
+    "scaling": "larger input",
 }
-_FONT = {**_FONT_SRC, **_LETTERS}
 
 
-def _text(px, w, x0, y0, s, color):
-    for ch in s.lower():
-        g = _FONT.get(ch, _FONT["*"])
-        for r in range(7):
-            for c in range(5):
-                if g[r * 5 + c] == "1":
-                    x, y = x0 + c, y0 + r
-                    if 0 <= x < w:
-                        px[y][x] = color
-        x0 += 6
+def _us(v: float) -> str:
+    return f"{v:.0f} µs" if v >= 100 else f"{v:.1f} µs" if v >= 10 else f"{v:.2f} µs"
 
 
-def bar_chart_png(path, rows, *, title: str = "") -> None:
-    """Write a horizontal bar chart of ``rows`` = [(label, value)] to ``path``.
+def _ranks(ws) -> str:
+    return "" if ws is None else f" · {ws} rank{'s' if ws != 1 else ''}"
+
+
+def _cases(rows: list) -> list:
+    """``[(label, reference, [row, ...])]``: a case is a group and name; its rows from every
+    world size sit together (each divided by the reference of its own world size), and the
+    reference rows are left out (they are the line at 1)."""
+    cases: dict = {}
+    refs: dict = {}
+    for r in rows:
+        key = f"{r['group']}: {r['name']}"
+        cases.setdefault(key, []).append(r)
+        if r["impl"] == r["reference"]:
+            refs.setdefault(key, []).append(r)
+    out = []
+    for key, rs in cases.items():
+        ref_rows = refs.get(key, [])
+        ref = rs[0]["reference"]
+        at = ", ".join(_us(r["median_us"]) + _ranks(r.get("world_size")) for r in ref_rows)
+        bars = sorted((r for r in rs if r["impl"] != r["reference"]), key=lambda r: (r.get("world_size") or 0))
+        out.append((f"{key}   (÷ {ref}" + (f" = {at}" if at else "") + ")", bars))
+    return out
+
+
+def write_chart(path: str, rows: list, env: dict) -> bool:
+    """Draw ``rows`` (as ``bench.main`` collects them) into the PNG ``path``.
+
+    Returns False, writing nothing, when matplotlib is not installed.
 
     Example:
-        >>> import tempfile, os
-        >>> p = os.path.join(tempfile.mkdtemp(), "c.png")
-        >>> bar_chart_png(p, [("kit add", 12.5), ("torch add", 60.0)], title="us per op")
-        >>> open(p, "rb").read(4)
-        b'\\x89PNG'
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "bench.png"
+        >>> write_chart(str(path), [], {}), path.read_bytes()[:4]
+        (True, b'\\x89PNG')
     """
-    label_w = 6 * max([len(l) for l, _ in rows] + [1]) + 8
-    bar_w, row_h, top = 360, 12, 16 if title else 4
-    w, h = label_w + bar_w + 80, top + row_h * len(rows) + 4
-    white, black, blue = (255, 255, 255), (0, 0, 0), (66, 110, 200)
-    px = [[white] * w for _ in range(h)]
-    if title:
-        _text(px, w, 4, 4, title, black)
-    vmax = max([v for _, v in rows] + [1e-12])
-    for i, (label, v) in enumerate(rows):
-        y = top + i * row_h
-        _text(px, w, 4, y + 2, label, black)
-        n = int(bar_w * v / vmax)
-        for yy in range(y + 2, y + 10):
-            for xx in range(label_w, label_w + max(n, 1)):
-                px[yy][xx] = blue
-        _text(px, w, label_w + n + 4, y + 2, f"{v:.3g}", black)
-    raw = b"".join(b"\x00" + bytes([c for p in row for c in p]) for row in px)
+    try:
+        fig = figure(rows, env)
+    except ImportError:
+        return False
+    fig.savefig(path, dpi=110)
+    _log.debug("chart: %d panels into %s", len(fig.axes), path)
+    return True
 
-    def chunk(kind, data):
-        c = struct.pack(">I", len(data)) + kind + data
-        return c + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
-    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
-    png += chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
-    with open(path, "wb") as f:
-        f.write(png)
+def figure(rows: list, env: dict):
+    """The chart as a matplotlib ``Figure``: one panel (axes) per suite, in row order.
+
+    Raises ImportError when matplotlib is not installed.
+
+    Example:
+        >>> row = {"suite": "s", "group": "g", "name": "op", "impl": "kit", "kind": "kit",
+        ...        "median_us": 2.0, "ratio": 2.0, "reference": "torch"}
+        >>> fig = figure([row], {})
+        >>> [ax.get_title(loc="left") for ax in fig.axes], fig.axes[0].get_xscale()
+        (['suite: s'], 'log')
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    suites: dict = {}
+    for r in rows:
+        if "ratio" in r and "reference" in r:
+            suites.setdefault(r["suite"], []).append(r)
+    panels = [(suite, _cases(rs)) for suite, rs in suites.items()]
+    heights = [max(2, sum(len(rs) for _, rs in cases) + len(cases)) for _, cases in panels] or [2]
+    fig = Figure(figsize=(11, 0.26 * sum(heights) + 1.2 * len(heights) + 1.0), layout="constrained")
+    axes = fig.subplots(len(heights), 1, gridspec_kw={"height_ratios": heights}, squeeze=False)[:, 0]
+    threads = sorted({r.get("threads") for r in rows if r.get("threads") is not None})
+    fig.suptitle(
+        "subclass-kit bench: time per call as a ratio to the reference (log scale; < 1 is faster)\n"
+        f"torch {env.get('torch', '?')}, {env.get('cpus', '?')} CPUs, threads while timing: "
+        f"{', '.join(map(str, threads)) or '?'}{', quick run' if env.get('quick') else ''}",
+        fontsize=11,
+    )
+    if not panels:
+        axes[0].text(0.5, 0.5, "no rows", ha="center", va="center")
+        axes[0].set_axis_off()
+
+    for ax, (suite, cases) in zip(axes, panels):
+        y, ticks, labels, kinds_seen = 0.0, [], [], []
+        spans = []
+        ratios = [r["ratio"] for _, rs in cases for r in rs] or [1.0]
+        for label, rs in cases:
+            top = y
+            for r in rs:
+                ratio = max(r["ratio"], 1e-3)
+                kind = r["kind"]
+                ax.barh(y, ratio - 1, left=1, height=0.8, color=_COLOURS[kind], edgecolor="black", linewidth=0.4,
+                        label=_LEGEND[kind] if kind not in kinds_seen else None)
+                kinds_seen.append(kind)
+                ax.annotate(f"{r['ratio']:.2f}×  ({_us(r['median_us'])})", (ratio, y),
+                            xytext=(4 if ratio >= 1 else -4, 0), textcoords="offset points",
+                            ha="left" if ratio >= 1 else "right", va="center", fontsize=8)
+                ticks.append(y)
+                labels.append(r["impl"] + _ranks(r.get("world_size")))
+                y += 1
+            spans.append((top, label))
+            y += 1  # a gap between cases
+        for top, label in spans:
+            # The case and its reference, written above its bars.
+            ax.text(0.002, top - 0.55, label, transform=ax.get_yaxis_transform(),
+                    fontsize=8.5, fontweight="bold", va="bottom", ha="left",
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.6, "alpha": 0.85})
+            if top > 0:
+                ax.axhline(top - 1, color="#dddddd", linewidth=0.6)
+        ax.set_xscale("log")
+        lo, hi = min(min(ratios), 1.0), max(max(ratios), 1.0)
+        ax.set_xlim(lo / 6.0, hi * 4.0)  # room for the annotations on both sides
+        ax.set_ylim(y - 0.5, -1.2)
+        ax.axvline(1.0, color="black", linewidth=1.2, label="reference (= 1×)")
+        ax.set_yticks(ticks, labels, fontsize=8.5)
+        ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.grid(axis="x", which="major", color="#eeeeee", linewidth=0.6)
+        ax.set_axisbelow(True)
+        ax.set_title(f"suite: {suite}", loc="left", fontsize=10, fontweight="bold")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
+    return fig

@@ -24,28 +24,7 @@ __all__ = ["run"]
 _TIMEOUT = 600.0
 
 
-def _timed(fns: dict, number: int, repeat: int) -> dict:
-    """``{name: (median_us, best_us)}`` per call, measured in short interleaved blocks.
-
-    Every rank runs the same sequence (the collectives must match). Blocks are short and
-    round-robin so that load from other processes hits every implementation alike; the
-    best block is the least disturbed one, so ratios use it (the median is reported too).
-    """
-    from . import side_by_side
-
-    return side_by_side(fns, number=number, repeat=repeat)
-
-
-def _rows(group: str, name: str, res: dict, ws: int, base: str) -> list:
-    return [
-        {
-            "group": group, "name": name, "impl": impl, "world_size": ws,
-            "median_us": round(med, 3), "best_us": round(best, 3),
-            "ratio_vs_torch": round(best / res["torch_act"][1], 3),
-            f"ratio_vs_{base}": round(best / res[base][1], 3),
-        }
-        for impl, (med, best) in res.items()
-    ]
+_KINDS = {"plain": "plain", "native": "native", "torch ACT": "torch", "kit ACT": "kit"}
 
 
 def _measure(quick: bool) -> list:
@@ -54,9 +33,13 @@ def _measure(quick: bool) -> list:
     import torch.distributed._functional_collectives as funcol
 
     from .. import collectives as kit
+    from . import ratio_rows, side_by_side
 
     ws = dist.get_world_size()
-    number, repeat = (100, 15) if quick else (200, 41)
+    # A fixed call count (Timer.timeit), not autorange: every rank must issue the same
+    # collectives, and autorange sizes its blocks from each rank's own clock.
+    number, rounds = (100, 15) if quick else (200, 41)
+    timed = lambda fns, n=number: side_by_side(fns, rounds=rounds, number=n)  # noqa: E731
     x = torch.randn(16, 16)
     world = dist.group.WORLD
     rows = []
@@ -71,28 +54,26 @@ def _measure(quick: bool) -> list:
         "detach": lambda t: (lambda: t.detach()),
     }
     for op, make in ops.items():
-        res = _timed({"plain": make(plain), "torch_act": make(torch_act), "kit_act": make(kit_act)}, number, repeat)
-        rows += _rows("act_op", op, res, ws, "plain")
+        res = timed({"plain": make(plain), "torch ACT": make(torch_act), "kit ACT": make(kit_act)})
+        rows += ratio_rows("act_op", op, res, reference="torch ACT", kinds=_KINDS, world_size=ws)
     kit_act.trigger_wait()
     torch_act.trigger_wait()
-    res = _timed(
-        {"plain": lambda: plain.add(1), "torch_act": lambda: torch_act.add(1), "kit_act": lambda: kit_act.add(1)},
-        number, repeat,
-    )
-    rows += _rows("act_op", "add", res, ws, "plain")
+    res = timed({"plain": lambda: plain.add(1), "torch ACT": lambda: torch_act.add(1), "kit ACT": lambda: kit_act.add(1)})
+    rows += ratio_rows("act_op", "add", res, reference="torch ACT", kinds=_KINDS, world_size=ws)
 
     # Issue + first use. The native ops without any wrapper are the floor.
     f = torch.ops._c10d_functional
     name = world.group_name
-    res = _timed(
+    res = timed(
         {
             "native": lambda: f.wait_tensor(f.all_reduce(x, "sum", name)).add(1),
-            "torch_act": lambda: funcol.all_reduce(x, "sum", world).add(1),
-            "kit_act": lambda: kit.all_reduce(x, "sum").add(1),
+            "torch ACT": lambda: funcol.all_reduce(x, "sum", world).add(1),
+            "kit ACT": lambda: kit.all_reduce(x, "sum").add(1),
         },
-        max(10, number // 10), repeat,
+        max(10, number // 10),
     )
-    rows += _rows("all_reduce_first_use", "all_reduce+add", res, ws, "native")
+    rows += ratio_rows("all_reduce_first_use", "all_reduce+add", res, reference="torch ACT", kinds=_KINDS,
+                       world_size=ws)
     return rows
 
 
@@ -152,7 +133,7 @@ def _world(size: int, quick: bool) -> list:
 
 
 def run(quick: bool = False) -> list[dict]:
-    """Rows ``{"group", "name", "impl", "world_size", "median_us", "best_us", "ratio_vs_torch", ...}``.
+    """Rows (see ``subclass_kit.bench``) with ``world_size``, ratios to torch's ACT.
 
     Measures world sizes 1 and 2 in one run (each in its own spawned processes).
 

@@ -43,10 +43,7 @@ class FloorTwo(torch.Tensor):
         return out_a
 
 
-def _side_by_side(fns: dict, *, number: int, repeat: int) -> dict:
-    from . import side_by_side
-
-    return {k: med for k, (med, _best) in side_by_side(fns, number=number, repeat=repeat).items()}
+_KINDS = {"plain": "plain", "floor": "floor", "torch TwoTensor": "torch", "kit TwoTensor": "kit"}
 
 
 def _ops(x, y):
@@ -59,7 +56,7 @@ def _ops(x, y):
 
 
 def run(quick: bool = False) -> list[dict]:
-    """Rows ``{"group", "name", "impl", "median_us", "ratio_vs_torch", "ratio_vs_floor"}``.
+    """Rows (see ``subclass_kit.bench``) with ratios to torch's TwoTensor.
 
     Example:
         >>> rows = run(quick=True)  # doctest: +SKIP
@@ -67,49 +64,31 @@ def run(quick: bool = False) -> list[dict]:
     from torch.testing._internal.two_tensor import TwoTensor as TorchTwo
 
     from ..examples import TwoTensor as KitTwo
+    from . import ratio_rows, side_by_side
 
-    number, repeat = (200, 5) if quick else (2000, 9)
+    rounds, min_run_time = (3, 0.02) if quick else (7, 0.1)
     a, b = torch.randn(16, 16), torch.randn(16, 16)
     impls = {
         "plain": (a, a.clone()),
         "floor": (FloorTwo(a, b), FloorTwo(a.clone(), b.clone())),
-        "torch_two": (TorchTwo(a, b), TorchTwo(a.clone(), b.clone())),
-        "kit_two": (KitTwo(a, b), KitTwo(a.clone(), b.clone())),
+        "torch TwoTensor": (TorchTwo(a, b), TorchTwo(a.clone(), b.clone())),
+        "kit TwoTensor": (KitTwo(a, b), KitTwo(a.clone(), b.clone())),
     }
     rows = []
     for op in ("add", "mul", "view", "detach"):
-        res = _side_by_side({impl: _ops(x, y)[op] for impl, (x, y) in impls.items()}, number=number, repeat=repeat)
-        for impl, us in res.items():
-            rows.append(
-                {
-                    "group": "eager_dispatch",
-                    "name": op,
-                    "impl": impl,
-                    "median_us": round(us, 3),
-                    "ratio_vs_torch": round(us / res["torch_two"], 3),
-                    "ratio_vs_floor": round(us / res["floor"], 3),
-                }
-            )
+        res = side_by_side({impl: _ops(x, y)[op] for impl, (x, y) in impls.items()}, rounds=rounds,
+                           min_run_time=min_run_time)
+        rows += ratio_rows("eager_dispatch", op, res, reference="torch TwoTensor", kinds=_KINDS)
 
     def f(x, y):
         return x * y + x
 
     calls = {}
-    for impl in ("plain", "torch_two", "kit_two"):
+    for impl in ("plain", "torch TwoTensor", "kit TwoTensor"):
         x, y = impls[impl]
         cf = torch.compile(f, backend="aot_eager", fullgraph=True)
         cf(x, y)
         calls[impl] = lambda cf=cf, x=x, y=y: cf(x, y)
-    res = _side_by_side(calls, number=max(20, number // 4), repeat=repeat)
-    for impl, us in res.items():
-        rows.append(
-            {
-                "group": "compiled_call",
-                "name": "x*y+x",
-                "impl": impl,
-                "median_us": round(us, 3),
-                "ratio_vs_torch": round(us / res["torch_two"], 3),
-                "ratio_vs_plain": round(us / res["plain"], 3),
-            }
-        )
+    res = side_by_side(calls, rounds=rounds, min_run_time=min_run_time)
+    rows += ratio_rows("compiled_call", "x*y+x", res, reference="torch TwoTensor", kinds=_KINDS)
     return rows

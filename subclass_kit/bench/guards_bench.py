@@ -6,21 +6,20 @@ Groups of rows, each measured in one run:
   TwoTensor (two inner tensors), passing and failing;
 - ``inner_count``: a wrapper holding k inner tensors, k = 1..16 (cost should grow linearly);
 - ``depth``: a chain of wrappers d deep, each holding the next (linear in d);
-- ``dynamo``: on the same two-inner input, dynamo's own guard manager check, and the
-  per-call cost of a dynamo-compiled ``x * 2`` minus the same op run eagerly.
+- ``dynamo``: on the same two-inner input, the kit's ``GuardSet.check`` beside dynamo's own
+  guard manager check, and a dynamo-compiled ``x * 2`` beside the same op run eagerly.
 """
 
 from __future__ import annotations
-
-import statistics
-import time
 
 import torch
 from torch.testing._internal.two_tensor import TwoTensor as TorchTwoTensor
 
 import guards
 
+from .. import _compat
 from ..examples import TwoTensor
+from . import ratio_rows, side_by_side
 
 __all__ = ["Many", "Box", "run"]
 
@@ -28,12 +27,12 @@ __all__ = ["Many", "Box", "run"]
 class Many(torch.Tensor):
     """A wrapper with any number of inner tensors (``t0 .. t{k-1}``), torch's protocol only."""
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __torch_function__ = _compat.disabled_torch_function_impl
 
     @staticmethod
     def __new__(cls, tensors):
         a = tensors[0]
-        return torch.Tensor._make_wrapper_subclass(cls, a.shape, strides=a.stride(), dtype=a.dtype, device=a.device)
+        return _compat.make_wrapper_subclass(cls, a.shape, strides=a.stride(), dtype=a.dtype, device=a.device)
 
     def __init__(self, tensors):
         self._names = tuple(f"t{i}" for i in range(len(tensors)))
@@ -56,12 +55,12 @@ class Many(torch.Tensor):
 class Box(torch.Tensor):
     """A wrapper holding one inner tensor (which may be another Box): nesting depth."""
 
-    __torch_function__ = torch._C._disabled_torch_function_impl
+    __torch_function__ = _compat.disabled_torch_function_impl
 
     @staticmethod
     def __new__(cls, inner):
-        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, strides=inner.stride(), dtype=inner.dtype,
-                                                   device=inner.device)
+        return _compat.make_wrapper_subclass(cls, inner.shape, strides=inner.stride(), dtype=inner.dtype,
+                                             device=inner.device)
 
     def __init__(self, inner):
         self.x = inner
@@ -79,52 +78,50 @@ class Box(torch.Tensor):
         return func(*[unwrap(a) for a in args], **(kwargs or {}))
 
 
-def _median_us(fn, number: int, repeat: int) -> tuple[float, float]:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t0) / number * 1e6)
-    return statistics.median(times), min(times)
-
-
-def _row(group, name, impl, fn, number, repeat, **extra):
-    med, best = _median_us(fn, number, repeat)
-    return {"group": group, "name": name, "impl": impl, "median_us": round(med, 3), "best_us": round(best, 3), **extra}
-
-
 def _two(kind, rows=4):
     a, b = torch.randn(rows, 3), torch.randn(rows, 3)
     return TwoTensor(a, b) if kind == "kit" else TorchTwoTensor(a, b)
 
 
 def run(quick: bool) -> list[dict]:
-    """Benchmark rows (``group``, ``name``, ``impl``, ``median_us``, ``best_us``, ...).
+    """Benchmark rows (see ``subclass_kit.bench``), four groups as the module says.
 
     Example:
         >>> rows = run(quick=True)  # doctest: +SKIP
     """
-    number, repeat = (2000, 5) if quick else (20000, 15)
+    rounds, min_run_time = (3, 0.02) if quick else (7, 0.1)
+    timed = lambda fns: side_by_side(fns, rounds=rounds, min_run_time=min_run_time)  # noqa: E731
     rows: list[dict] = []
 
-    inputs = {"plain": torch.randn(4, 3), "torch TwoTensor": _two("torch"), "kit TwoTensor": _two("kit")}
+    # GuardSet.check on three inputs, passing and failing; ratios to the plain tensor.
+    inputs = {"plain tensor": torch.randn(4, 3), "torch TwoTensor": _two("torch"), "kit TwoTensor": _two("kit")}
+    passing, failing = {}, {}
     for impl, x in inputs.items():
         gs = guards.build(x)
-        same = type(x)(x.a.clone(), x.b.clone()) if impl != "plain" else x.clone()
+        same = type(x)(x.a.clone(), x.b.clone()) if impl != "plain tensor" else x.clone()
         assert gs.check(same)
-        rows.append(_row("check", "pass", impl, lambda gs=gs, v=same: gs.check(v), number, repeat, inner=len(gs.guards)))
-        bad = _two("torch" if impl == "torch TwoTensor" else "kit", rows=5) if impl != "plain" else torch.randn(5, 3)
+        bad = _two("torch" if impl == "torch TwoTensor" else "kit", rows=5) if impl != "plain tensor" else torch.randn(5, 3)
         assert not gs.check(bad)
-        rows.append(_row("check", "fail (size)", impl, lambda gs=gs, v=bad: gs.check(v), number, repeat))
+        passing[f"on {impl}"] = lambda gs=gs, v=same: gs.check(v)
+        failing[f"on {impl}"] = lambda gs=gs, v=bad: gs.check(v)
+    # Every impl here is the kit's GuardSet.check; what differs is the input.
+    kinds = dict.fromkeys(passing, "kit")
+    rows += ratio_rows("check", "GuardSet.check passes", timed(passing), reference="on plain tensor", kinds=kinds)
+    rows += ratio_rows("check", "GuardSet.check fails (size)", timed(failing), reference="on plain tensor",
+                       kinds=kinds)
 
+    # Growth: k inner tensors, and d levels of nesting; ratios to the smallest.
+    counts = {}
     for k in (1, 2, 4, 8, 16) if not quick else (1, 2, 8):
         x = Many([torch.randn(4, 3) for _ in range(k)])
         y = Many([torch.randn(4, 3) for _ in range(k)])
         gs = guards.build(x)
         assert gs.check(y)
-        rows.append(_row("inner_count", f"k={k}", "Many", lambda gs=gs, v=y: gs.check(v), number, repeat, tensors=k + 1))
+        counts[f"k={k}"] = lambda gs=gs, v=y: gs.check(v)
+    rows += ratio_rows("inner_count", "Many, k inner tensors", timed(counts), reference="k=1",
+                       kinds=dict.fromkeys(counts, "scaling"))
 
+    depths = {}
     for d in (1, 2, 4, 8) if not quick else (1, 2, 4):
         def chain():
             t = torch.randn(4, 3)
@@ -134,10 +131,12 @@ def run(quick: bool) -> list[dict]:
         x, y = chain(), chain()
         gs = guards.build(x)
         assert gs.check(y)
-        rows.append(_row("depth", f"d={d}", "Box", lambda gs=gs, v=y: gs.check(v), number, repeat, tensors=d + 1))
+        depths[f"d={d}"] = lambda gs=gs, v=y: gs.check(v)
+    rows += ratio_rows("depth", "Box, d levels deep", timed(depths), reference="d=1",
+                       kinds=dict.fromkeys(depths, "scaling"))
 
-    # Side by side on the same two-inner input: dynamo's own guard evaluation, and the
-    # per-call overhead of the compiled function over running its op eagerly.
+    # Side by side on the same two-inner input: dynamo's own guard evaluation, the kit's
+    # GuardSet.check, and a dynamo-compiled ``x * 2`` beside the same op run eagerly.
     for impl in ("torch TwoTensor", "kit TwoTensor"):
         x = _two("torch" if impl.startswith("torch") else "kit")
         torch._dynamo.reset()
@@ -147,18 +146,20 @@ def run(quick: bool) -> list[dict]:
 
         cf = torch.compile(f, backend="eager", fullgraph=True, dynamic=False)
         cf(x)
-        from guards import _compat
+        from guards import _compat as guards_compat
 
-        (entry,) = _compat.cache_entries(f)
+        (entry,) = guards_compat.cache_entries(f)
         mgr = entry.guard_manager
         assert mgr.check({"x": x})
-        rows.append(_row("dynamo", "guard_manager.check", impl, lambda m=mgr, v=x: m.check({"x": v}), number, repeat))
         gs = guards.build(x)
-        rows.append(_row("dynamo", "GuardSet.check", impl, lambda gs=gs, v=x: gs.check(v), number, repeat))
-        n2 = max(200, number // 10)
-        comp, _ = _median_us(lambda: cf(x), n2, repeat)
-        eager, _ = _median_us(lambda: f(x), n2, repeat)
-        rows.append({"group": "dynamo", "name": "compiled call - eager call", "impl": impl,
-                     "median_us": round(comp - eager, 3), "compiled_us": round(comp, 3), "eager_us": round(eager, 3)})
+        res = timed({
+            "dynamo guard_manager.check": lambda m=mgr, v=x: m.check({"x": v}),
+            "kit GuardSet.check": lambda gs=gs, v=x: gs.check(v),
+        })
+        rows += ratio_rows("dynamo", f"guard check on {impl}", res, reference="dynamo guard_manager.check",
+                           kinds={"dynamo guard_manager.check": "torch", "kit GuardSet.check": "kit"})
+        res = timed({"eager x * 2": lambda: f(x), "compiled x * 2": lambda: cf(x)})
+        rows += ratio_rows("dynamo", f"call on {impl}", res, reference="eager x * 2",
+                           kinds={"eager x * 2": "plain", "compiled x * 2": "torch"})
         torch._dynamo.reset()
     return rows

@@ -8,7 +8,13 @@ def test_quick_run_rows():
     groups = {r["group"] for r in rows}
     assert groups == {"check", "inner_count", "depth", "dynamo"}
     for r in rows:
-        assert {"group", "name", "impl", "median_us"} <= set(r) and isinstance(r["median_us"], float)
+        assert {"group", "name", "impl", "kind", "median_us", "ratio", "reference"} <= set(r)
+        assert isinstance(r["median_us"], float) and r["median_us"] > 0
     names = {(r["group"], r["name"], r["impl"]) for r in rows}
-    assert ("check", "pass", "kit TwoTensor") in names
-    assert ("dynamo", "guard_manager.check", "kit TwoTensor") in names
+    assert ("check", "GuardSet.check passes", "on kit TwoTensor") in names
+    assert ("dynamo", "guard check on kit TwoTensor", "dynamo guard_manager.check") in names
+    assert ("dynamo", "guard check on kit TwoTensor", "kit GuardSet.check") in names
+    # Every case has its reference among its rows, at ratio 1.
+    for case in {(r["group"], r["name"]) for r in rows}:
+        refs = [r for r in rows if (r["group"], r["name"]) == case and r["impl"] == r["reference"]]
+        assert len(refs) == 1 and refs[0]["ratio"] == 1.0, case

@@ -1,27 +1,135 @@
-"""The benchmark runner produces its three artefacts with sane rows (no speed asserted)."""
+"""The benchmark runner: torch.utils.benchmark timing, rows with ratios, JSON + Markdown + a
+matplotlib chart (or a clear hint without matplotlib). Speed is never asserted."""
 
+import doctest
 import json
+import logging
+import sys
+import types
 
 import pytest
+import torch
 
 from subclass_kit import bench
+from subclass_kit.bench import chart
 
 
-@pytest.mark.slow
-def test_bench_writes_json_markdown_png(tmp_path):
-    rows = bench.main(quick=True, out=str(tmp_path), suites=("dispatch_bench",))
-    impls = {(r["group"], r["impl"]) for r in rows}
-    for impl in ("plain", "floor", "torch_two", "kit_two"):
-        assert ("eager_dispatch", impl) in impls
-    assert all(r["median_us"] > 0 for r in rows)
+def _fake_suite(world_sizes=(None,)):
+    """A suite module timing real (tiny) functions, registered the way bench.main finds suites."""
+
+    def run(quick):
+        rows = []
+        for ws in world_sizes:
+            res = bench.side_by_side(
+                {"torch thing": lambda: sum(range(50)), "kit thing": lambda: sum(range(20)), "plain": lambda: None},
+                rounds=2, min_run_time=0.002,
+            )
+            extra = {} if ws is None else {"world_size": ws}
+            rows += bench.ratio_rows("grp", "op", res, reference="torch thing",
+                                     kinds={"torch thing": "torch", "kit thing": "kit", "plain": "plain"}, **extra)
+        return rows
+
+    return types.SimpleNamespace(run=run)
+
+
+def test_side_by_side_is_torch_benchmark_round_robin():
+    calls = {"a": 0, "b": 0}
+
+    def a():
+        calls["a"] += 1
+
+    def b():
+        calls["b"] += 1
+
+    res = bench.side_by_side({"a": a, "b": b}, rounds=3, number=7)
+    for k in ("a", "b"):
+        m = res[k]
+        assert isinstance(m, torch.utils.benchmark.Measurement)
+        assert len(m.times) == 3 and m.median > 0  # one sample per round, merged
+        assert m.task_spec.num_threads == torch.get_num_threads()
+    # A fixed count: warm-up (2 calls) + 7 timed calls, in each of 3 rounds, the same for both.
+    assert calls["a"] == calls["b"] == 3 * (2 + 7)
+
+
+def test_ratio_rows_divide_by_the_reference_and_validate():
+    res = bench.side_by_side({"ref": lambda: None, "x": lambda: sum(range(30))}, rounds=2, min_run_time=0.002)
+    rows = bench.ratio_rows("g", "n", res, reference="ref", kinds={"ref": "torch", "x": "kit"}, world_size=2)
+    by = {r["impl"]: r for r in rows}
+    assert by["ref"]["ratio"] == 1.0 and all(r["world_size"] == 2 and r["reference"] == "ref" for r in rows)
+    assert by["x"]["ratio"] == pytest.approx(res["x"].median / res["ref"].median, rel=1e-2)
+    assert by["x"]["median_us"] == pytest.approx(res["x"].median * 1e6, abs=1e-3)
+    with pytest.raises(KeyError, match="reference 'nope'"):
+        bench.ratio_rows("g", "n", res, reference="nope", kinds={"ref": "torch", "x": "kit"})
+    with pytest.raises(ValueError, match="kinds must be one of"):
+        bench.ratio_rows("g", "n", res, reference="ref", kinds={"ref": "torch", "x": "mine"})
+
+
+def test_main_writes_json_markdown_png(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "subclass_kit.bench.fake_bench", _fake_suite())
+    rows = bench.main(quick=True, out=str(tmp_path), suites=("fake_bench",))
+    assert {r["impl"] for r in rows} == {"torch thing", "kit thing", "plain"}
+    assert all(r["suite"] == "fake" and r["threads"] == torch.get_num_threads() for r in rows)
     data = json.loads((tmp_path / "bench.json").read_text())
     assert data["rows"] == rows and data["env"]["quick"] is True
+    assert data["env"]["threads"] == torch.get_num_threads() and "torch.utils.benchmark" in data["env"]["timer"]
     md = (tmp_path / "bench.md").read_text()
-    assert md.count("\n| dispatch |") == len(rows)
+    assert md.count("\n| fake |") == len(rows)
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_without_matplotlib_json_and_markdown_still_written(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(sys.modules, "subclass_kit.bench.fake_bench", _fake_suite())
+    for mod in ("matplotlib", "matplotlib.figure", "matplotlib.ticker"):
+        monkeypatch.setitem(sys.modules, mod, None)  # import fails as if not installed
+    (tmp_path / "bench.png").write_bytes(b"stale")
+    with caplog.at_level(logging.INFO, logger="subclass_kit.bench"):
+        rows = bench.main(quick=True, out=str(tmp_path), suites=("fake_bench",))
+    assert rows and (tmp_path / "bench.json").exists() and (tmp_path / "bench.md").exists()
+    assert not (tmp_path / "bench.png").exists()
+    assert any("pip install 'subclass-kit[bench]'" in r.getMessage() for r in caplog.records)
+    assert any("running fake_bench" in r.getMessage() for r in caplog.records)
+
+
+def test_chart_has_one_log_panel_per_suite_with_labels_and_ratios():
+    rows = []
+    for suite in ("one", "two"):
+        for r in _fake_suite(world_sizes=(1, 2)).run(quick=True):
+            rows.append({"suite": suite, **r})
+    fig = chart.figure(rows, {"torch": torch.__version__, "quick": True})
+    assert [ax.get_title(loc="left") for ax in fig.axes] == ["suite: one", "suite: two"]
+    ax = fig.axes[0]
+    assert ax.get_xscale() == "log"
+    ticks = [t.get_text() for t in ax.get_yticklabels()]
+    # The reference is the line at 1, not a bar; world size and impl tell the bars apart.
+    assert ticks == ["kit thing · 1 rank", "plain · 1 rank", "kit thing · 2 ranks", "plain · 2 ranks"]
+    texts = [t.get_text() for t in ax.texts]
+    kit = next(r for r in rows if r["suite"] == "one" and r["impl"] == "kit thing" and r["world_size"] == 2)
+    assert any(t.startswith(f"{kit['ratio']:.2f}×") for t in texts)
+    assert any(t.startswith("grp: op   (÷ torch thing = ") and "2 ranks" in t for t in texts)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"subclass_kit", "plain tensor", "reference (= 1×)"} <= set(legend)
 
 
 def test_missing_suite_is_reported_not_fatal(tmp_path):
     rows = bench.main(quick=True, out=str(tmp_path), suites=("no_such_bench",))
     assert rows == []
     assert "no_such_bench" in json.loads((tmp_path / "bench.json").read_text())["env"]["skipped"][0]
+
+
+@pytest.mark.parametrize("module", [bench, chart], ids=lambda m: m.__name__)
+def test_docstring_examples(module):
+    failed, attempted = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert attempted and not failed
+
+
+def test_dispatch_suite_rows():
+    from subclass_kit.bench import dispatch_bench
+
+    rows = dispatch_bench.run(quick=True)
+    cases = {(r["group"], r["name"]) for r in rows}
+    assert cases == {("eager_dispatch", op) for op in ("add", "mul", "view", "detach")} | {("compiled_call", "x*y+x")}
+    impls = {(r["group"], r["impl"], r["kind"]) for r in rows}
+    for impl, kind in (("plain", "plain"), ("floor", "floor"), ("torch TwoTensor", "torch"), ("kit TwoTensor", "kit")):
+        assert ("eager_dispatch", impl, kind) in impls
+    assert all(r["median_us"] > 0 and r["reference"] == "torch TwoTensor" for r in rows)
+    assert all(r["ratio"] == 1.0 for r in rows if r["impl"] == "torch TwoTensor")
