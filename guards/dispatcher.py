@@ -8,12 +8,15 @@ first artifact that accepts a new call; ``explain`` says why each one refused.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from .guardset import GuardSet, build_call
 
 __all__ = ["GuardedDispatcher", "Entry"]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -78,6 +81,9 @@ class GuardedDispatcher:
         if e is not None:
             e.hits += 1
             return e.artifact(*inputs)
+        if self._entries and _log.isEnabledFor(logging.INFO):
+            _log.info("GuardedDispatcher: compiling artifact %d; %s", len(self._entries),
+                      "; ".join(self.explain(*inputs)))
         gs = build_call(inputs, self._names(len(inputs)), dynamic=self.dynamic)
         artifact = self.compile_fn(*inputs)
         self._entries.append(Entry(gs, artifact))

@@ -31,6 +31,11 @@ def _installed_version() -> str:
 
 __version__: str = _installed_version()
 
+# TORCH_LOGS=recompiles: a wrapper's ctx change is logged as the field, old and new value.
+from . import recompiles as _recompiles  # noqa: E402
+
+_recompiles.install()
+
 __all__ = [
     "WrapperTensor",
     "inner",

@@ -55,3 +55,57 @@ def enable_torch_optree_namespace() -> None:
     """Register torch's node types in optree's "torch" namespace with insertion-ordered
     dicts, exactly as torch's own optree-backed pytree does (importing it does both)."""
     import torch.utils._cxx_pytree  # noqa: F401
+
+
+# ---- recompile log (subclass_kit.recompiles) ----------------------------------------------------
+# dynamo logs a recompile from torch._dynamo.guards.get_and_maybe_log_recompilation_reasons
+# on the artifact loggers below (TORCH_LOGS=recompiles / recompiles_verbose). A wrapper's
+# ctx change shows there only as ``___check_metadata_<id of the checker>_c<compile id>``.
+
+RECOMPILE_LOGGERS = ("torch._dynamo.guards.__recompiles", "torch._dynamo.guards.__recompiles_verbose")
+
+
+def recompile_being_logged():
+    """``(reasons, cache_entries, f_locals, code)`` of the recompile dynamo is logging now, or None.
+
+    Read from the locals of ``get_and_maybe_log_recompilation_reasons`` on the call stack
+    (a log filter runs synchronously inside it): dynamo's raw reasons, the cache entries
+    that rejected the call, and the arguments of the frame being recompiled.
+    """
+    import sys
+
+    f = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if code.co_name == "get_and_maybe_log_recompilation_reasons" and code.co_filename.replace("\\", "/").endswith(
+            "torch/_dynamo/guards.py"
+        ):
+            loc = f.f_locals
+            frame = loc.get("frame")
+            if frame is None:
+                return None
+            return list(loc.get("reasons") or ()), list(loc.get("cache_entries") or ()), dict(frame.f_locals), frame.f_code
+        f = f.f_back
+    return None
+
+
+def metadata_guard_expected(token: str):
+    """The ctx a ``___check_metadata_<id>_c<cid>`` guard compares against.
+
+    dynamo's ``TENSOR_SUBCLASS_METADATA_MATCH`` closes a ``metadata_checker`` function over
+    ``original_metadata`` and names the guard after ``id(metadata_checker)``; the function is
+    alive while its cache entry is. Raises LookupError when it cannot be found.
+    """
+    import gc
+    import re
+
+    m = re.match(r"_*check_metadata_(\d+)_c", token)
+    if m is None:
+        raise LookupError(f"not a metadata guard name: {token!r}")
+    wanted = int(m.group(1))
+    for obj in gc.get_objects():
+        if id(obj) == wanted and getattr(obj, "__name__", None) == "metadata_checker":
+            cells = dict(zip(obj.__code__.co_freevars, obj.__closure__ or ()))
+            if "original_metadata" in cells:
+                return cells["original_metadata"].cell_contents
+    raise LookupError(f"the checker of {token} is gone (its cache entry was dropped)")

@@ -10,6 +10,7 @@ extended after classes (and their subclasses) exist.
 
 from __future__ import annotations
 
+import logging
 import weakref
 from typing import Callable
 
@@ -20,6 +21,7 @@ from .errors import UnsupportedOpError
 
 __all__ = ["registered_ops", "find_registered", "register_ops", "register_torch_functions", "resolve", "torch_function", "raise_unsupported"]
 
+_log = logging.getLogger(__name__)
 _ALL_CLASSES: "weakref.WeakSet[type]" = weakref.WeakSet()
 
 
@@ -137,7 +139,11 @@ def _resolve(cls, func):
     h = builtin_handler(cls, func)
     if h is not None:
         return h
-    return cls.__fallback__
+    fb = cls.__fallback__
+    # Once per (class, op): the result is cached by resolve().
+    _log.debug("%s has no handler for %s; it goes to __fallback__ (%s)", cls.__qualname__, func,
+               getattr(fb, "__qualname__", fb))
+    return fb
 
 
 def resolve(cls, func):

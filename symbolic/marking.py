@@ -7,6 +7,8 @@ it always does. Marks are additive, as torch's are.
 
 from __future__ import annotations
 
+import logging
+
 
 from typing import Any
 
@@ -19,6 +21,8 @@ from .planning import _outer_dims, plan, resolve_dims
 from .policy import SubclassPolicy
 from .protocol import get_inner, inner_items, is_wrapper, where
 from .sources import ROOT, InnerSource, Source
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["mark_dynamic", "apply", "marks"]
 
@@ -67,6 +71,7 @@ def mark_dynamic(t: torch.Tensor, dims: Any, *, min: int | None = None, max: int
             _compat.torch_mark(t, dim.kind, d, min=dim.min, max=dim.max)
         return plan(t, outer, inner="same_dim")
     policy = plan(t, dims, min=min, max=max, inner=inner)
+    _log.debug("mark_dynamic(%s, %r, inner=%r): applying %r", type(t).__name__, dims, inner, policy)
     apply(t, policy)
     return policy
 
