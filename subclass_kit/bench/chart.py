@@ -125,6 +125,9 @@ def figure(rows: list, env: dict):
                 ax.barh(y, ratio - 1, left=1, height=0.8, color=_COLOURS[kind], edgecolor="black", linewidth=0.4,
                         label=_LEGEND[kind] if kind not in kinds_seen else None)
                 kinds_seen.append(kind)
+                # The bar's end, marked: a ratio near 1 has almost no bar to see.
+                ax.plot([ratio], [y], marker="D", markersize=4, color=_COLOURS[kind], markeredgecolor="black",
+                        markeredgewidth=0.5, zorder=3)
                 ax.annotate(f"{r['ratio']:.2f}×  ({_us(r['median_us'])})", (ratio, y),
                             xytext=(4 if ratio >= 1 else -4, 0), textcoords="offset points",
                             ha="left" if ratio >= 1 else "right", va="center", fontsize=8)
