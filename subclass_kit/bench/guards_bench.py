@@ -123,7 +123,7 @@ def run(quick: bool) -> list[dict]:
 
     depths = {}
     for d in (1, 2, 4, 8) if not quick else (1, 2, 4):
-        def chain():
+        def chain(d=d):
             t = torch.randn(4, 3)
             for _ in range(d):
                 t = Box(t)
@@ -158,7 +158,7 @@ def run(quick: bool) -> list[dict]:
         })
         rows += ratio_rows("dynamo", f"guard check on {impl}", res, reference="dynamo guard_manager.check",
                            kinds={"dynamo guard_manager.check": "torch", "kit GuardSet.check": "kit"})
-        res = timed({"eager x * 2": lambda: f(x), "compiled x * 2": lambda: cf(x)})
+        res = timed({"eager x * 2": lambda x=x: f(x), "compiled x * 2": lambda cf=cf, x=x: cf(x)})
         rows += ratio_rows("dynamo", f"call on {impl}", res, reference="eager x * 2",
                            kinds={"eager x * 2": "plain", "compiled x * 2": "torch"})
         torch._dynamo.reset()
