@@ -193,9 +193,29 @@ def test_missing_inner_tensor_is_reported_once():
     assert not guards.build(x).check(y)
 
 
-def test_unhashable_ctx_names_the_class():
-    with pytest.raises(guards.UnhashableContextError, match=r"ListCtx\.__tensor_flatten__\(\) returned an unhashable ctx") as e:
-        guards.build(ListCtx(torch.ones(2, 2), torch.ones(2, 1)))
+def test_unhashable_ctx_is_compared_by_value_like_dynamo():
+    # dynamo deep-copies the ctx and compares it with == (TENSOR_SUBCLASS_METADATA_MATCH);
+    # it never hashes it, so a list ctx compiles and so must guard.
+    x = ListCtx(torch.ones(2, 2), torch.ones(2, 1), block=32)
+    gs = guards.build(x)
+    assert gs.check(ListCtx(torch.ones(2, 2), torch.ones(2, 1), block=32))
+    y = ListCtx(torch.ones(2, 2), torch.ones(2, 1), block=16)
+    assert not gs.check(y)
+    assert gs.explain(y) == ["L['x'].__tensor_flatten__()[1][0]: expected 32, got 16"]
+    assert guards.cache_key(x) != guards.cache_key(y)
+
+
+def test_uncopyable_ctx_names_the_class():
+    class Lock:
+        def __deepcopy__(self, memo):
+            raise TypeError("cannot copy a lock")
+
+    class LockCtx(Scaled):
+        def __tensor_flatten__(self):
+            return ["a", "scale"], Lock()
+
+    with pytest.raises(guards.UnhashableContextError, match=r"LockCtx\.__tensor_flatten__\(\) returned a ctx") as e:
+        guards.build(LockCtx(torch.ones(2, 2), torch.ones(2, 1), 32))
     assert isinstance(e.value, TypeError)
 
 
