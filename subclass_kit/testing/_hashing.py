@@ -77,7 +77,7 @@ def _received(v):
 def _plain_int(x) -> int:
     try:
         return int(x)
-    except (TypeError, RuntimeError, ValueError):
+    except (TypeError, RuntimeError, ValueError, AttributeError):
         return -1
 
 

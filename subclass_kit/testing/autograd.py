@@ -85,7 +85,13 @@ def _tangent(out):
 
 def _backward(fn, x, case_label, user: bool = False):
     leaf = _leaf(x)
-    out = fn(leaf)
+    try:
+        out = fn(leaf)
+    except AssertionError as e:
+        if not user:
+            raise
+        raise Skip(f"{case_label} (from ops=) on a leaf that requires grad was refused by an assertion in "
+                   f"{type(x).__name__}'s code (AssertionError: {str(e).strip()[:120]}); not judged") from None
     if not getattr(out, "requires_grad", False):
         if user:  # an op from ops= need not be differentiable in its sample
             raise Skip(f"{case_label} (from ops=) is not differentiable with respect to {describe(x)}: "
@@ -95,8 +101,17 @@ def _backward(fn, x, case_label, user: bool = False):
             "keep requires_grad on the outer tensor: create outputs with _make_wrapper_subclass and let autograd set it",
         )
     g = _tangent(out)
-    out.backward(g)
+    try:
+        out.backward(g)
+    except AssertionError as e:
+        if not user:
+            raise
+        raise Skip(f"backward through {case_label} (from ops=) was refused by an assertion in "
+                   f"{type(x).__name__}'s code (AssertionError: {str(e).strip()[:120]}); not judged") from None
     if leaf.grad is None:
+        if user:  # e.g. torchao's NF4 linear: a frozen base weight gets no gradient by design
+            raise Skip(f"{case_label} (from ops=) gives {describe(x)} no gradient (its backward returns "
+                       "None for it)")
         raise Fail(f"backward through {case_label} left no gradient on {describe(x)}", "return the op's results from __torch_dispatch__ so autograd connects them")
     return leaf.grad, g
 
