@@ -85,6 +85,20 @@ def _own_sizes(run, base) -> list:
     return out
 
 
+def _ctx_follows_size(run, base) -> bool:
+    """True when a sample differing from ``base`` only in dim 0 carries another ctx."""
+    ctx = flatten(base)[1]
+    for x in run.samples:
+        if type(x) is type(base) and x.dim() == base.dim() and tuple(x.shape[1:]) == tuple(base.shape[1:]) \
+                and int(x.shape[0]) != int(base.shape[0]):
+            try:
+                if not bool(flatten(x)[1] == ctx):
+                    return True
+            except Exception:
+                return False
+    return False
+
+
 def _all_sizes(x, m) -> tuple:
     """Outer sizes then every inner size, for first-dim size ``m``."""
     new = (m,) + tuple(int(s) for s in x.shape[1:])
@@ -139,6 +153,12 @@ def _sweep(run):
         # (torchao's OptimState8bit keeps a flat scale of rows*cols/256): resizing would make
         # instances the class never builds. Sweep over the user's own samples instead.
         xs = _own_sizes(run, base)
+        if len(xs) < 2 and _ctx_follows_size(run, base):
+            raise Skip(
+                f"{run.name}'s ctx changes with dim 0 (samples of other sizes carry another ctx: "
+                "the class stores its shape there), and dynamo compares the ctx with ==, so every "
+                "new size recompiles: dim 0 cannot be dynamic for this class"
+            )
         if len(xs) < 2:
             raise Skip(
                 f"inner {fixed[0]!r} of {describe(base)} does not follow dim 0 and {run.name} has no "
