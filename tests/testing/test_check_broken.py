@@ -123,3 +123,27 @@ def test_unsupported_optional_op_is_a_skip_not_a_failure():
     row = report.row("eager[aten.neg.default(x)]")
     assert row.status == "skip" and "NotImplementedError" in row.message
     assert report.ok
+
+
+def test_a_fresh_process_failure_stays_in_its_own_subject():
+    """One subject whose samples cannot be unpickled in the child fails its own hash row, with
+    the cause; the other subject of the same run still passes (one pickle per subject)."""
+    import sys
+    import types
+
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    mod = types.ModuleType("kit_only_in_this_process")
+    exec("class Tag(str):\n    pass\n", mod.__dict__)
+    mod.Tag.__module__ = mod.__name__
+    sys.modules[mod.__name__] = mod  # importable here, not in a fresh process
+    try:
+        bad = bs.GoodPair(torch.randn(4, 6), torch.randn(4, 6), mod.Tag("pair"))
+        good = TwoTensor(torch.randn(4, 6), torch.randn(4, 6))
+        report = check_subclass([bad, good], backends=("eager",), only=["protocol.flatten", "ctx", "identity"])
+    finally:
+        del sys.modules[mod.__name__]
+    rows = {(r.subject, r.name): r for r in report.rows}
+    row = rows[("GoodPair", "identity.stable_hash")]
+    assert row.status == "fail" and "could not unpickle" in row.message and "kit_only_in_this_process" in row.message, row.message
+    assert rows[("TwoTensor", "identity.stable_hash")].status == "pass", rows[("TwoTensor", "identity.stable_hash")].message
