@@ -85,6 +85,13 @@ def fresh_symint(env, value: int, name: str):
     return env.create_symintnode(sym, hint=value, source=src)
 
 
+def fake_with_source(mode, t, name: str):
+    """A fake copy of ``t`` made with a source (what a jagged NestedTensor needs)."""
+    from torch._dynamo.source import ConstantSource
+
+    return mode.from_tensor(t, source=ConstantSource(name))
+
+
 def symbolic_fake(mode, t, name: str):
     """A fake copy of plain tensor ``t`` whose every dimension is a fresh symbol."""
     from torch._dynamo.source import ConstantSource
