@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 from typing import Any
 
 import torch
 
+from . import _compat
 from .errors import UnstableKeyError
 
 __all__ = ["canonical", "type_name"]
@@ -33,6 +35,8 @@ def canonical(v: Any, *, where: str = "a guarded value") -> Any:
         ['tuple', [1, ['float', '0x1.4000000000000p+1'], 'a', None]]
         >>> canonical(torch.float16)
         ['dtype', 'torch.float16']
+        >>> canonical({"b": [1, 64], "a": None}) == canonical({"a": None, "b": [1, 64]})
+        True
     """
     if v is None or isinstance(v, (bool, str)):
         return v
@@ -43,6 +47,8 @@ def canonical(v: Any, *, where: str = "a guarded value") -> Any:
     if hasattr(v, "canonical") and callable(v.canonical) and not isinstance(v, type):
         # The kit's ctx (and symbolic's policies) describe themselves.
         return ["canonical", type_name(type(v)), v.canonical()]
+    if hasattr(v, "__canonical__") and not isinstance(v, type):
+        return ["obj", type_name(type(v)), canonical(v.__canonical__(), where=where)]
     if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
         return [type(v).__name__, str(v)]
     if isinstance(v, torch.Size):
@@ -57,9 +63,12 @@ def canonical(v: Any, *, where: str = "a guarded value") -> Any:
         return [type(v).__name__, [canonical(x, where=where) for x in v]]
     if isinstance(v, (set, frozenset)):
         items = [canonical(x, where=where) for x in v]
-        return [type(v).__name__, sorted(items, key=repr)]
+        return [type(v).__name__, sorted(items, key=lambda x: json.dumps(x, sort_keys=True))]
     if isinstance(v, dict):
-        return ["dict", [[canonical(k, where=where), canonical(x, where=where)] for k, x in v.items()]]
+        # ``==`` ignores insertion order, so the key does too.
+        items = [[canonical(k, where=where), canonical(x, where=where)] for k, x in v.items()]
+        name = "dict" if type(v) is dict else type_name(type(v))
+        return [name, sorted(items, key=lambda kv: json.dumps(kv[0], sort_keys=True))]
     if isinstance(v, int):  # int subclasses other than bool (e.g. IntEnum handled above)
         return ["int", type_name(type(v)), int(v)]
     if isinstance(v, float):
@@ -71,6 +80,10 @@ def canonical(v: Any, *, where: str = "a guarded value") -> Any:
             [[f.name, canonical(getattr(v, f.name), where=where)] for f in dataclasses.fields(v)],
         ]
     if isinstance(v, torch.SymInt):
+        if _compat.is_nested_int(v):
+            # A jagged dim: its identity (j1, j2, ...) depends on creation order, and dynamo
+            # treats it as dynamic, so only the coefficient (``3*j1`` -> 3) is part of the key.
+            return ["nested_int", _nested_coeff(v)]
         return ["symint", str(v.node.expr)]
     r = repr(v)
     if " at 0x" in r or "object at" in r:
@@ -80,3 +93,11 @@ def canonical(v: Any, *, where: str = "a guarded value") -> Any:
             "or give it a canonical() method returning JSON-able data."
         )
     return ["repr", type_name(type(v)), r]
+
+
+def _nested_coeff(v) -> int:
+    coeff = getattr(v.node, "nested_int_coeff", None)
+    try:
+        return int(coeff()) if callable(coeff) else 1
+    except Exception:
+        return 1

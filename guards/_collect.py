@@ -173,26 +173,33 @@ class _Walker:
         if wrapper:
             self.add(TypeMatch(src, cls))
             names, ctx = t.__tensor_flatten__()
+            # dynamo's TENSOR_SUBCLASS_METADATA_MATCH: a deepcopy compared with ``==`` (or the
+            # class's __metadata_guard__); the ctx is never hashed, so dicts and lists are fine.
             try:
-                hash(ctx)
-            except TypeError as e:
+                snap = _compat.snapshot_ctx(ctx)
+            except Exception as e:
                 raise UnhashableContextError(
-                    f"{type_name(type(t), short=True)}.__tensor_flatten__() returned an unhashable ctx "
-                    f"{ctx!r} for {self.render(src)} ({e}). Guards compare and key it by value: return a "
-                    "tuple, a frozen dataclass or another hashable immutable value (the kit's "
-                    "meta() fields do this for you)."
+                    f"{type_name(type(t), short=True)}.__tensor_flatten__() returned a ctx {ctx!r} for "
+                    f"{self.render(src)} that cannot be deep-copied ({type(e).__name__}: {e}); dynamo "
+                    "deep-copies it to guard on it. Return plain values (tuples, dicts, dataclasses)."
                 ) from None
-            self.add(CtxMatch(src, type(t), copy.deepcopy(ctx)))
+            self.add(CtxMatch(src, type(t), snap))
             # dynamo lists the inner names last; here they come first so that an explanation
             # reports a missing inner tensor once instead of failing to read it.
             self.add(InnerNames(src, tuple(names)))
-        kinds, stride_dyn = self._kinds(t, src, marks)
-        shape = self.sim.tensor(src, t, kinds, stride_dyn)
-        if shape.free_stride:
-            self.add(Layout(src, bool(t.is_contiguous())))
+        if _compat.is_njt(t) and not _compat.is_fake(t):
+            # dynamo does not track a NestedTensor's outer sizes (they follow from its inner
+            # tensors): nested-int dims and strides are dynamic, the batch dim follows _offsets.
+            sizes, strides = self._njt_outer(t, src, policy, marks)
+        else:
+            kinds, stride_dyn = self._kinds(t, src, marks)
+            shape = self.sim.tensor(src, t, kinds, stride_dyn)
+            if shape.free_stride:
+                self.add(Layout(src, bool(t.is_contiguous())))
+            sizes, strides = shape.static_sizes(), shape.static_strides()
         keys = None if _compat.is_fake(t) else _compat.dispatch_keys(t)
         tm = TensorMatch(src, cls, keys, t.dtype, t.device, t.requires_grad,
-                         tuple(shape.static_sizes()), tuple(shape.static_strides()))
+                         tuple(sizes), tuple(strides))
         self.out.tensor_matches.append(tm)
         self.add(tm)
         if not _compat.is_fake(t):
@@ -211,6 +218,30 @@ class _Walker:
         base = None if _compat.is_fake(t) else _compat.view_base(t)
         if base is not None:
             self.base(base, AttrSource(src, "_base"))
+
+    def _njt_outer(self, t, src, policy, marks) -> tuple[list, list]:
+        _, inner_pol = split_policy(policy)
+        name = "_offsets" if t._lengths is None else "_lengths"
+        off, pol = getattr(t, name), inner_pol.get(name)
+        om = read_marks(off) if pol is None else policy_marks(split_policy(pol)[0], off.dim(), nested=True)
+        batch_dynamic = (0 in om.dims and om.dims[0].kind != "static") or self.dynamic is True
+        if self.state is not None:
+            # automatic dynamic on the outer's own frame-state entry (nested ints as -1)
+            plain = lambda xs: tuple(-1 if isinstance(x, torch.SymInt) else int(x) for x in xs)  # noqa: E731
+            strict = [i for i, d in marks.dims.items() if d.kind == "dynamic"]
+            entry = self.state.record_tensor(self.render(src), plain(t.size()), plain(t.stride()), strict)
+            batch_dynamic = batch_dynamic or entry.size_dynamic(0)
+        if self.state is not None and not batch_dynamic:
+            e = self.state.tensors.get(self.render(InnerSource(name, src)))
+            batch_dynamic = e is not None and e.size_dynamic(0)
+        sizes = []
+        for i, x in enumerate(t.size()):
+            if _compat.is_nested_int(x) or (i == 0 and batch_dynamic):
+                sizes.append(None)
+            else:
+                sizes.append(int(x))
+        strides = [None if isinstance(x, torch.SymInt) else int(x) for x in t.stride()]
+        return sizes, strides
 
     def base(self, b: torch.Tensor, src: Source) -> None:
         """A view's base: dynamo fakeifies it (symbols, symbolic guards) but does not match it."""

@@ -56,6 +56,48 @@ def is_fake(t: Any) -> bool:
     return isinstance(t, FakeTensor)
 
 
+def is_nested_int(x: Any) -> bool:
+    """True for a jagged NestedTensor's ragged size (a nested int such as ``j1``)."""
+    from torch.fx.experimental.symbolic_shapes import is_nested_int as _is
+
+    return isinstance(x, torch.SymInt) and bool(_is(x))
+
+
+def is_njt(t: Any) -> bool:
+    """True for torch's jagged-layout NestedTensor (dynamo does not track its outer sizes)."""
+    from torch.nested._internal.nested_tensor import NestedTensor
+
+    return isinstance(t, NestedTensor)
+
+
+# Marks dynamo reads but does not guard on (NestedTensor's ragged dims, AOTAutograd's
+# propagated dynamism): they make a dim dynamic like maybe_mark_dynamic.
+PROPAGATED_ATTR = "_dynamo_propagated_dynamic_indices"
+
+
+def snapshot_ctx(ctx: Any) -> Any:
+    """What dynamo's TENSOR_SUBCLASS_METADATA_MATCH stores: a deepcopy of the ctx with every
+    SymInt replaced by a value equal to anything (it cannot deepcopy fake sizes)."""
+    import copy
+
+    from torch.utils import _pytree as pytree
+
+    return copy.deepcopy(pytree.tree_map_only(torch.SymInt, lambda _: _AnyCompare(), ctx))
+
+
+class _AnyCompare:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "<any SymInt>"
+
+
 def is_dtensor(t: Any) -> bool:
     """True for torch's DTensor (guarded by dynamo through its spec, not TENSOR_MATCH)."""
     if not torch.distributed.is_available():
@@ -116,12 +158,18 @@ def sym_value(x):
     Never evaluates a SymInt (that would install a guard while tracing).
     """
     if isinstance(x, torch.SymInt):
+        if is_nested_int(x):
+            return None, NESTED
         node = x.node
         v = node.maybe_as_int()
         if v is not None:
             return int(v), None
         return None, node.expr
     return int(x), None
+
+
+# The expression ``sym_value`` gives a nested int (no sympy form; dynamo treats it as dynamic).
+NESTED = "nested_int"
 
 
 def use_duck_shape() -> bool:

@@ -67,9 +67,12 @@ def read_marks(t: torch.Tensor) -> Marks:
     if not d:
         return _NO_MARKS
     attrs = {a: frozenset(d[a]) for a in _compat.MARK_ATTRS if a in d}
-    if not attrs:
+    propagated = d.get(_compat.PROPAGATED_ATTR, ())
+    if not attrs and not propagated:
         return _NO_MARKS
     dims: dict[int, Directive] = {}
+    for i in propagated:  # read like maybe_mark_dynamic, but not guarded (not in attrs)
+        dims[i] = Directive("auto")
     for i in attrs.get("_dynamo_static_indices", ()):
         dims[i] = Directive("static")
     for i in attrs.get("_dynamo_weak_dynamic_indices", ()):

@@ -141,16 +141,21 @@ class CtxFieldSource(Source):
 
     base: Source
     field: Any
+    key: bool = False  # a dict ctx: ``[field]`` rather than ``.field``
 
     def __call__(self, root):
         ctx = self.base(root)
-        if isinstance(self.field, int):
+        if isinstance(self.field, int) or self.key:
             return ctx[self.field]
         return getattr(ctx, self.field)
 
     def render(self, root_expr):
         b = self.base.render(root_expr)
-        return f"{b}[{self.field}]" if isinstance(self.field, int) else f"{b}.{self.field}"
+        if isinstance(self.field, int):
+            return f"{b}[{self.field}]"
+        if self.key:
+            return f"{b}[{self.field!r}]"
+        return f"{b}.{self.field}"
 
 
 def base_of(src: Source) -> Source | None:

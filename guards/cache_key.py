@@ -49,7 +49,7 @@ def cache_key(value: Any, *, policy: Any = None, dynamic: bool | None = None) ->
 
     Raises:
         UnstableKeyError: a ctx holds a value with no process-independent form.
-        UnhashableContextError: a ctx cannot be hashed.
+        UnhashableContextError: a ctx cannot be deep-copied (dynamo copies it to guard on it).
 
     Example:
         >>> import torch

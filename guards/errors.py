@@ -22,7 +22,11 @@ class GuardError(Exception):
 
 
 class UnhashableContextError(GuardError, TypeError):
-    """A wrapper's ``__tensor_flatten__`` ctx cannot be hashed, so it cannot be guarded or keyed."""
+    """A wrapper's ``__tensor_flatten__`` ctx cannot be deep-copied, so it cannot be guarded.
+
+    (The name is historical: like dynamo, guards compare a ctx with ``==`` and never hash it,
+    so dict and list ctxs are fine.)
+    """
 
 
 class UnstableKeyError(GuardError, TypeError):

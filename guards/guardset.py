@@ -216,7 +216,8 @@ def build(value: Any, *, name: str = "x", policy: Any = None, dynamic: bool | No
         A compiled ``GuardSet``.
 
     Raises:
-        UnhashableContextError: a wrapper's ctx cannot be hashed (names the class).
+        UnhashableContextError: a wrapper's ctx cannot be deep-copied, as dynamo does to guard on it
+            (names the class). A ctx need not be hashable: it is compared with ``==``.
         PolicyViolationError: the input contradicts its marks (dynamo would refuse it).
 
     Example:

@@ -88,10 +88,18 @@ def _parser() -> argparse.ArgumentParser:
 # ---- loading targets ----------------------------------------------------------------------------
 def _import_module(spec: str):
     if spec.endswith(".py") or os.sep in spec:
-        path = os.path.abspath(spec)
+        path = os.path.abspath(spec if spec.endswith(".py") else spec + ".py")
         if not os.path.isfile(path):
             raise UsageError(f"no such file: {spec}")
         name = os.path.splitext(os.path.basename(path))[0]
+        folder = os.path.dirname(path)
+        # The folder goes on sys.path, so the module is importable by its name here and in
+        # the checker's child processes (which inherit sys.path), wherever we run from.
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        loaded = sys.modules.get(name)
+        if loaded is not None and os.path.abspath(getattr(loaded, "__file__", "") or "") == path:
+            return loaded  # `file.py:A` and `file:B` name one module: never load it twice
         loader = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(loader)
         sys.modules[name] = mod
@@ -100,6 +108,9 @@ def _import_module(spec: str):
         except Exception as e:
             raise UsageError(f"importing {spec} raised {type(e).__name__}: {_one_line(e)}") from None
         return mod
+    loaded = sys.modules.get(spec)
+    if loaded is not None:
+        return loaded
     try:
         return importlib.import_module(spec)
     except ModuleNotFoundError as e:
@@ -193,7 +204,7 @@ def _cmd_check(args) -> int:
     _validate_backends(backends)
 
     from .testing.report import format_row, format_summary
-    from .testing.runner import check_subjects
+    from .testing.runner import UnknownCheckError, check_subjects
     from .testing.errors import SamplesError
     from .testing.subject import resolve
 
@@ -228,6 +239,8 @@ def _cmd_check(args) -> int:
             only=args.only,
             on_row=on_row,
         )
+    except UnknownCheckError as e:  # a typo in --only: a usage error, not a run of 0 checks
+        raise UsageError(str(e).removeprefix("check_subclass: ").replace("only=", "--only ")) from None
     finally:
         if group is not None:
             group.__exit__(None, None, None)
@@ -242,6 +255,8 @@ def _cmd_check(args) -> int:
             print(f"  {subject} {row.name}: {row.message}")
     verdict = "all checks passed" if ok else f"FAILED ({len(fails)} failing)"
     print(f"\n{verdict} in {wall:.1f}s (backends: {', '.join(backends)})")
+    tot = {k: sum(r.counts().get(k, 0) for r in reports) for k in ("pass", "fail", "skip")}
+    print(f"{tot['pass']} passed, {tot['fail']} failed, {tot['skip']} skipped in {wall:.1f}s")
     if args.json:
         import torch
 

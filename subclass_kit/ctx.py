@@ -8,10 +8,10 @@ deepcopy need no custom code, and nothing in it can change after construction.
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import torch
+from guards._canonical import canonical as _canonical
 
 __all__ = ["SubclassCtx", "canonical_value"]
 
@@ -130,39 +130,14 @@ def _rebuild_ctx(items):
 def canonical_value(v: Any) -> Any:
     """Map a meta value to JSON-able data that does not depend on the process.
 
+    The one canonicaliser of the distribution (``guards``' own, which cache keys use), so a
+    ctx renders the same here and in ``guards.cache_key``.
+
+    Raises:
+        guards.UnstableKeyError (a TypeError): the value has no process-independent form.
+
     Example:
         >>> canonical_value((1, "a", None))
         ['tuple', [1, 'a', None]]
     """
-    if v is None or isinstance(v, (bool, int, str)):
-        return v
-    if isinstance(v, float):
-        return ["float", v.hex()]
-    if isinstance(v, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
-        return [type(v).__name__, str(v)]
-    if isinstance(v, enum.Enum):
-        return ["enum", f"{type(v).__module__}.{type(v).__qualname__}", canonical_value(v.value)]
-    if isinstance(v, (tuple, list)):
-        return [type(v).__name__, [canonical_value(x) for x in v]]
-    if isinstance(v, frozenset):
-        return ["frozenset", sorted((canonical_value(x) for x in v), key=repr)]
-    if isinstance(v, SubclassCtx):
-        return ["ctx", v.canonical()]
-    if hasattr(v, "__canonical__"):
-        return ["obj", f"{type(v).__module__}.{type(v).__qualname__}", canonical_value(v.__canonical__())]
-    import dataclasses
-
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return [
-            "dataclass",
-            f"{type(v).__module__}.{type(v).__qualname__}",
-            [[f.name, canonical_value(getattr(v, f.name))] for f in dataclasses.fields(v)],
-        ]
-    # Last resort: a repr that carries no address is stable; one that does is refused.
-    r = repr(v)
-    if " at 0x" in r:
-        raise TypeError(
-            f"meta value {r} of type {type(v).__qualname__} has no stable form; give it a "
-            "__canonical__() method returning ints/strs/tuples, or make it a frozen dataclass"
-        )
-    return ["repr", f"{type(v).__module__}.{type(v).__qualname__}", r]
+    return _canonical(v, where="a meta value")

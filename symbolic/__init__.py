@@ -22,6 +22,7 @@ from .sources import (
     ViewBaseSource as ViewBaseSource,
 )
 from .errors import (
+    CtxPinsShapeWarning as CtxPinsShapeWarning,
     PolicyError as PolicyError,
     PolicyTypeError as PolicyTypeError,
     RelationError as RelationError,

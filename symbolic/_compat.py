@@ -125,3 +125,19 @@ def _finite_int(v, *, ceil: bool):
     if not isinstance(v, sympy.Rational):
         return None
     return int(sympy.ceiling(v) if ceil else sympy.floor(v))
+
+
+def is_njt_class(cls: type) -> bool:
+    """True for torch's jagged-layout NestedTensor class."""
+    from torch.nested._internal.nested_tensor import NestedTensor
+
+    return isinstance(cls, type) and issubclass(cls, NestedTensor)
+
+
+def is_dtensor(t: Any) -> bool:
+    """True for torch's DTensor (dynamo compares its spec with shapes skipped)."""
+    try:
+        from torch.distributed.tensor import DTensor
+    except Exception:  # pragma: no cover - a torch built without distributed
+        return False
+    return isinstance(t, DTensor)

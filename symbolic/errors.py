@@ -6,7 +6,7 @@ expected, what was got, and how to fix it.
 
 from __future__ import annotations
 
-__all__ = ["SymbolicError", "PolicyError", "PolicyTypeError", "RelationError"]
+__all__ = ["SymbolicError", "PolicyError", "PolicyTypeError", "RelationError", "CtxPinsShapeWarning"]
 
 
 class SymbolicError(Exception):
@@ -27,3 +27,13 @@ class PolicyTypeError(SymbolicError, TypeError):
 
 class RelationError(SymbolicError, ValueError):
     """``__inner_shapes__`` could not be evaluated symbolically, or contradicts an instance."""
+
+
+class CtxPinsShapeWarning(UserWarning):
+    """A dim asked to be dynamic is also stored in the wrapper's flatten ctx.
+
+    Dynamo compares the ctx with ``==`` on every call, so a new size there fails the ctx
+    guard and recompiles whatever the marks say (torchao's NF4Tensor keeps
+    ``tensor_meta.original_shape``); a strict ``mark_dynamic`` on such a dim raises
+    ConstraintViolationError.
+    """

@@ -7,16 +7,16 @@ it always does. Marks are additive, as torch's are.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-
-
+import warnings
 from typing import Any
 
 import torch
 
 from . import _compat
 from .dims import Dim
-from .errors import PolicyTypeError
+from .errors import CtxPinsShapeWarning, PolicyTypeError
 from .planning import _outer_dims, plan, resolve_dims
 from .policy import SubclassPolicy
 from .protocol import get_inner, inner_items, is_wrapper, where
@@ -72,8 +72,67 @@ def mark_dynamic(t: torch.Tensor, dims: Any, *, min: int | None = None, max: int
         return plan(t, outer, inner="same_dim")
     policy = plan(t, dims, min=min, max=max, inner=inner)
     _log.debug("mark_dynamic(%s, %r, inner=%r): applying %r", type(t).__name__, dims, inner, policy)
+    _warn_ctx_pins(t, policy.outer)
     apply(t, policy)
     return policy
+
+
+def _shapes_in(v, path: str, out: list, depth: int = 0) -> None:
+    """``(path, value)`` of every torch.Size (or ``*shape*``-named int tuple) inside a ctx."""
+    if depth > 6:
+        return
+    if isinstance(v, torch.Size):
+        out.append((path, tuple(v)))
+        return
+    if isinstance(v, dict):
+        items = [(f"{path}[{k!r}]", k, x) for k, x in v.items()]
+    elif isinstance(v, tuple) and hasattr(v, "_fields"):
+        items = [(f"{path}.{f}", f, x) for f, x in zip(v._fields, v)]
+    elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+        items = [(f"{path}.{f.name}", f.name, getattr(v, f.name)) for f in dataclasses.fields(v)]
+    elif isinstance(v, (tuple, list)):
+        items = [(f"{path}[{i}]", i, x) for i, x in enumerate(v)]
+    else:
+        return
+    for p, k, x in items:
+        if (isinstance(k, str) and "shape" in k.lower() and isinstance(x, (tuple, list))
+                and x and all(type(e) is int for e in x)):
+            out.append((p, tuple(x)))
+        else:
+            _shapes_in(x, p, out, depth + 1)
+
+
+def _warn_ctx_pins(t: torch.Tensor, outer) -> None:
+    # A class with __metadata_guard__ (or DTensor, whose spec is compared with shapes
+    # skipped) decides itself what in its ctx must match: nothing to judge here.
+    if not is_wrapper(t) or hasattr(type(t), "__metadata_guard__") or _compat.is_dtensor(t):
+        return
+    asked = sorted(d for d, dim in outer.items() if dim.kind in ("dynamic", "auto"))
+    if not asked:
+        return
+    try:
+        ctx = t.__tensor_flatten__()[1]
+    except Exception:
+        return
+    found: list = []
+    _shapes_in(ctx, "ctx", found)
+    shape = tuple(t.shape)
+    pins = [(p, v) for p, v in found if v == shape]
+    if not pins:
+        return
+    path, v = pins[0]
+    strict = any(outer[d].kind == "dynamic" for d in asked)
+    fix = ("mark it Dim.auto() (maybe_mark_dynamic) to get one graph per size without an error, "
+           if strict else "expect one graph per size; ")
+    warnings.warn(
+        f"{type(t).__name__} stores its shape in its flatten ctx ({path} = {v}), so dim(s) "
+        f"{asked} cannot be dynamic: dynamo compares the ctx with == on every call and "
+        f"recompiles for each new size{' (and when __tensor_unflatten__ builds the wrapper from that stored shape, the strict mark raises ConstraintViolationError)' if strict else ''}. "
+        f"Fix: {fix}or keep sizes out of the ctx (read them from the inner tensors or the "
+        "outer_size that __tensor_unflatten__ receives).",
+        CtxPinsShapeWarning,
+        stacklevel=3,
+    )
 
 
 @_compat.forbid_in_graph

@@ -27,6 +27,7 @@ from typing import Any
 import sympy
 import torch
 
+from . import _compat
 from .errors import PolicyTypeError, RelationError
 from .protocol import ctx_of, inner_items, is_wrapper, path_of, walk, where
 from .sources import ROOT, InnerSource, SizeSource, Source
@@ -124,7 +125,24 @@ def _evaluate_cached(cls: type, ndim: int, ctx: Any) -> Mapping[str, tuple]:
     return _evaluate(cls, ndim, ctx)
 
 
+def _njt_shapes(ndim: int, ctx: Any) -> Mapping[str, tuple]:
+    # torch's NestedTensor has no __inner_shapes__; its layout is fixed: ``_offsets`` has one
+    # entry more than the batch, ``_lengths`` one per batch item, ``_values`` the ragged dim
+    # collapsed into its dim ``ragged_idx - 1`` (a size of its own) and the outer dims after
+    # the ragged one; the seqlen tensors' sizes are their own (left out).
+    r = int(ctx["ragged_idx"]) if isinstance(ctx, Mapping) and "ragged_idx" in ctx else 1
+    outer = [size_symbol("", i) for i in range(ndim)]
+    values = tuple(outer[1:r]) + (size_symbol("_values", r - 1),) + tuple(outer[r + 1:])
+    return MappingProxyType({
+        "_values": values,
+        "_offsets": (outer[0] + 1,),
+        "_lengths": (outer[0],),
+    })
+
+
 def _inner_shapes_of(cls: type, ndim: int, ctx: Any) -> Mapping[str, tuple] | None:
+    if _compat.is_njt_class(cls):
+        return _njt_shapes(ndim, ctx)
     if not callable(getattr(cls, "__inner_shapes__", None)):
         return None
     try:
@@ -197,6 +215,8 @@ def _analyze(t, src, symbols, exprs, values, out) -> None:
                         f"says {shape[j]} = {want} for the outer size {tuple(t.shape)}. Fix the "
                         "instance or __inner_shapes__."
                     )
+        elif _compat.is_njt_class(cls):
+            iexprs = syms  # the seqlen tensors: sizes of their own
         else:
             # No declared relation: only the "same size at the same index" ones are safe to infer.
             iexprs = tuple(

@@ -122,7 +122,7 @@ class IgnoresOuterSize(GoodPair):
 
 # ---- 2. unhashable ctx ---------------------------------------------------------------------
 class UnhashableCtx(GoodPair):
-    """Bug: the ctx is a list."""
+    """Not a bug for torch: the ctx is a list (dynamo compares it with ==, never hashes it)."""
 
     def _ctx(self):
         return ["pair", self.tag]
@@ -146,7 +146,7 @@ class PairMeta:
 
 
 class MutableCtx(GoodPair):
-    """Bug: the ctx is a mutable object (its attributes can be reassigned)."""
+    """Not a bug for torch: the ctx is a mutable object (dynamo guards on a deepcopy)."""
 
     def _ctx(self):
         return PairMeta(self.tag)
@@ -307,8 +307,6 @@ class Bug:
 
 BUGS = [
     Bug(IgnoresOuterSize, "protocol.round_trip_outer_stride", ("outer_stride", "ignored")),
-    Bug(UnhashableCtx, "ctx.hashable", ("unhashable", "list", "Fix:")),
-    Bug(MutableCtx, "ctx.immutable", ("mutable", "PairMeta", "reassigned", "Fix:")),
     Bug(UnstableHash, "identity.stable_hash", ("_stable_hash_for_caching", "differs across processes", "Fix:")),
     Bug(ViewCopies, "eager[aten.t.default(x)]", ("view op", "does not share storage", "Fix:")),
     Bug(InplaceOneInner, "eager[aten.add_.Tensor(x.clone(), x)]", ("inner 'b'", "in-place", "Fix:")),

@@ -64,6 +64,8 @@ def ctx_fields(ctx) -> list[tuple[Any, Any]] | None:
         return list(zip(ctx._fields, ctx))
     if isinstance(ctx, (tuple, list)):
         return list(enumerate(ctx))
+    if isinstance(ctx, dict):
+        return list(ctx.items())
     return None
 
 
@@ -79,9 +81,13 @@ def ctx_diff(r, src: Source, old, new) -> list[str]:
             except Exception:
                 same = False
             if not same:
-                out.append(line(r, CtxFieldSource(ctx_src, k), fmt(a), fmt(b)))
+                out.append(line(r, CtxFieldSource(ctx_src, k, isinstance(old, dict)), fmt(a), fmt(b)))
         if out:
             return out
+    if isinstance(old, dict) and isinstance(new, dict) and type(old) is type(new) and set(old) != set(new):
+        out = [line(r, CtxFieldSource(ctx_src, k, True), fmt(old[k]), "no such key") for k in old if k not in new]
+        out += [line(r, CtxFieldSource(ctx_src, k, True), "no such key", fmt(new[k])) for k in new if k not in old]
+        return out
     return [line(r, ctx_src, fmt(old), fmt(new))]
 
 

@@ -85,6 +85,13 @@ def fresh_symint(env, value: int, name: str):
     return env.create_symintnode(sym, hint=value, source=src)
 
 
+def fake_with_source(mode, t, name: str):
+    """A fake copy of ``t`` made with a source (what a jagged NestedTensor needs)."""
+    from torch._dynamo.source import ConstantSource
+
+    return mode.from_tensor(t, source=ConstantSource(name))
+
+
 def symbolic_fake(mode, t, name: str):
     """A fake copy of plain tensor ``t`` whose every dimension is a fresh symbol."""
     from torch._dynamo.source import ConstantSource
@@ -96,8 +103,24 @@ def symbolic_fake(mode, t, name: str):
     return mode.from_tensor(t, symbolic_context=ctx, source=ConstantSource(name))
 
 
+def is_nested_int(v) -> bool:
+    """True for a jagged NestedTensor's ragged size (``j1``)."""
+    from torch.fx.experimental.symbolic_shapes import is_nested_int as _is
+
+    return isinstance(v, torch.SymInt) and bool(_is(v))
+
+
+def has_nested_int(t) -> bool:
+    """True when a tensor's shape holds a nested int (torch's jagged NestedTensor)."""
+    return any(is_nested_int(s) for s in t.shape)
+
+
 def sym_expr(v):
-    """The sympy expression behind a SymInt, or the int itself."""
+    """The sympy expression behind a SymInt, or the int itself; a nested int (whose identity
+    depends on how its offsets were made) is ``("nested_int", coeff)``."""
+    if is_nested_int(v):
+        coeff = getattr(v.node, "nested_int_coeff", None)
+        return ("nested_int", coeff() if callable(coeff) else 1)
     node = getattr(v, "node", None)
     return node.expr if node is not None else v
 

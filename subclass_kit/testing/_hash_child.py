@@ -1,5 +1,5 @@
-"""Child process of the stable-hash check: read pickled samples (a list per subject) on
-stdin, print their hashes as JSON (the same nesting). Run as ``python -m subclass_kit.testing._hash_child``."""
+"""Child process of the stable-hash check: read a list of pickles (one per subject, each a
+list of encoded samples) on stdin, print their hashes as JSON (the same nesting). Run as ``python -m subclass_kit.testing._hash_child``."""
 
 from __future__ import annotations
 
@@ -9,11 +9,18 @@ import sys
 
 
 def main() -> int:
+    # One pickle per subject, loaded one at a time: a subject whose samples cannot be
+    # rebuilt here fails its own row with the real cause, not every subject's.
     payload = pickle.loads(sys.stdin.buffer.read())
     from subclass_kit.testing._hashing import decode, stable_hash
 
     out = []
-    for subject in payload:
+    for blob in payload:
+        try:
+            subject = pickle.loads(blob)
+        except Exception as e:
+            out.append({"load_error": f"{type(e).__name__}: {e}"})
+            continue
         rows = []
         for d in subject:
             try:

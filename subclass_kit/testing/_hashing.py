@@ -42,7 +42,7 @@ def encode(t) -> dict:
         if _compat.is_traceable_wrapper_subclass(v):
             inner[n] = ("wrapped", encode(v))
         elif isinstance(v, torch.Tensor):
-            inner[n] = ("tensor", v.detach())
+            inner[n] = ("tensor", _sendable(v.detach()))
         else:
             raise Unsendable(f"inner {n!r} is a {type(v).__name__}, which cannot be sent to another process")
     cls = type(t)
@@ -50,15 +50,40 @@ def encode(t) -> dict:
         "cls": (cls.__module__, cls.__qualname__),
         "ctx": ctx,
         "inner": inner,
-        "size": tuple(int(s) for s in t.shape),
-        "stride": tuple(int(s) for s in t.stride()),
+        # a nested int (NestedTensor's ragged dim) travels as -1: unflatten rebuilds it
+        "size": tuple(_plain_int(s) for s in t.shape),
+        "stride": tuple(_plain_int(s) for s in t.stride()),
         "requires_grad": bool(t.requires_grad),
     }
 
 
+# torch 2.13 cannot unpickle float8 storages ("UntypedStorage has no attribute dtype"):
+# such tensors travel as bytes of the same shape and are viewed back on arrival.
+_FLOAT8 = tuple(getattr(torch, n) for n in dir(torch) if n.startswith("float8_") and isinstance(getattr(torch, n), torch.dtype))
+
+
+def _sendable(v: torch.Tensor):
+    if v.dtype in _FLOAT8:
+        return ("bytes_as", str(v.dtype).removeprefix("torch."), v.view(torch.uint8))
+    return v
+
+
+def _received(v):
+    if isinstance(v, tuple) and len(v) == 3 and v[0] == "bytes_as":
+        return v[2].view(getattr(torch, v[1]))
+    return v
+
+
+def _plain_int(x) -> int:
+    try:
+        return int(x)
+    except (TypeError, RuntimeError, ValueError, AttributeError):
+        return -1
+
+
 def decode(d: dict):
     cls = import_qualified(*d["cls"])
-    inner = {n: (decode(v) if kind == "wrapped" else v) for n, (kind, v) in d["inner"].items()}
+    inner = {n: (decode(v) if kind == "wrapped" else _received(v)) for n, (kind, v) in d["inner"].items()}
     out = cls.__tensor_unflatten__(inner, d["ctx"], torch.Size(d["size"]), d["stride"])
     if d["requires_grad"] and not out.requires_grad:
         out.requires_grad_(True)

@@ -49,7 +49,9 @@ def _pick(run, compiled: bool = False):
     cases = usable_cases(run, run.compile_backend()) if compiled else run.compile_cases()
     diff = [c for c in cases if c.differentiable]
     if not diff:
-        raise Skip("no differentiable op (add, mul, neg, sum, mm) passed its eager check")
+        what = "of the ops passed in ops=" if any(c.why == "passed in ops=" for c in run.cases) else \
+            "(add, mul, neg, sum, mm)"
+        raise Skip(f"no differentiable op {what} passed its eager check")
     diff.sort(key=lambda c: _PREFERRED.index(c.label) if c.label in _PREFERRED else len(_PREFERRED))
     for c in diff:
         for x in run.samples:
@@ -81,24 +83,42 @@ def _tangent(out):
     return g
 
 
-def _backward(fn, x, case_label):
+def _backward(fn, x, case_label, user: bool = False):
     leaf = _leaf(x)
-    out = fn(leaf)
+    try:
+        out = fn(leaf)
+    except AssertionError as e:
+        if not user:
+            raise
+        raise Skip(f"{case_label} (from ops=) on a leaf that requires grad was refused by an assertion in "
+                   f"{type(x).__name__}'s code (AssertionError: {str(e).strip()[:120]}); not judged") from None
     if not getattr(out, "requires_grad", False):
+        if user:  # an op from ops= need not be differentiable in its sample
+            raise Skip(f"{case_label} (from ops=) is not differentiable with respect to {describe(x)}: "
+                       "its result does not require grad")
         raise Fail(
             f"{case_label} on a leaf {describe(x)} that requires grad returned a result that does not require grad",
             "keep requires_grad on the outer tensor: create outputs with _make_wrapper_subclass and let autograd set it",
         )
     g = _tangent(out)
-    out.backward(g)
+    try:
+        out.backward(g)
+    except AssertionError as e:
+        if not user:
+            raise
+        raise Skip(f"backward through {case_label} (from ops=) was refused by an assertion in "
+                   f"{type(x).__name__}'s code (AssertionError: {str(e).strip()[:120]}); not judged") from None
     if leaf.grad is None:
+        if user:  # e.g. torchao's NF4 linear: a frozen base weight gets no gradient by design
+            raise Skip(f"{case_label} (from ops=) gives {describe(x)} no gradient (its backward returns "
+                       "None for it)")
         raise Fail(f"backward through {case_label} left no gradient on {describe(x)}", "return the op's results from __torch_dispatch__ so autograd connects them")
     return leaf.grad, g
 
 
 def _eager(run):
     case, x = _pick(run)
-    grad, g = _backward(case.call, x, case.label)
+    grad, g = _backward(case.call, x, case.label, case.why == "passed in ops=")
     if tuple(grad.shape) != tuple(x.shape):
         raise Fail(f"the gradient of {describe(x)} has shape {tuple(grad.shape)}", "return outputs of the outer shape from backward ops")
     if not run.subject.has_to_plain:

@@ -16,6 +16,8 @@ stale metadata.
 from __future__ import annotations
 
 
+import torch
+
 from . import _compat
 from .compare import difference
 from .compiled import composite, compile_and_run, explain_error, guard_cases, usable_cases
@@ -29,7 +31,9 @@ _CANDIDATES = 256
 
 def plan(run) -> list:
     b = run.compile_backend()
-    req = ("protocol.flatten", "protocol.round_trip_symbolic")
+    # Not gated on protocol.round_trip_symbolic: a class whose unflatten ignores outer_size
+    # (torchao's) may still compile once over a sweep; the sweep says what really happens.
+    req = ("protocol.flatten",)
     if not run.backends:
         off = _off("no compile backend selected")
         return [Check(f"compile.dynamic_sweep[{b}]", off, ()), Check(f"compile.meta_change[{b}]", off, ())]
@@ -47,6 +51,52 @@ def _off(why):
         raise Skip(f"turned off ({why})")
 
     return check
+
+
+def _unfollowed_inners(x) -> list:
+    """Inner tensors whose shape the "same dim" reading keeps fixed as dim 0 changes, for a
+    class without ``__inner_shapes__`` (empty when it has one)."""
+    if getattr(type(x), "__inner_shapes__", None) is not None or x.dim() == 0:
+        return []
+    try:
+        grown = inner_shapes_for(x, (int(x.shape[0]) * 2,) + tuple(int(s) for s in x.shape[1:]))
+    except Exception:
+        return []
+    out = []
+    for n in flatten(x)[0]:
+        v = getattr(x, n)
+        if isinstance(v, torch.Tensor) and v.dim() > 0 and grown.get(n) == tuple(v.shape):
+            out.append(n)
+    return out
+
+
+def _own_sizes(run, base) -> list:
+    """The subject's samples like ``base`` (type, ctx, other dims) with distinct dim-0 sizes >= 2."""
+    ctx = flatten(base)[1]
+    seen, out = set(), []
+    for x in run.samples:
+        try:
+            same = type(x) is type(base) and x.dim() == base.dim() and bool(flatten(x)[1] == ctx)
+        except Exception:
+            same = False
+        if same and tuple(x.shape[1:]) == tuple(base.shape[1:]) and int(x.shape[0]) >= 2 and int(x.shape[0]) not in seen:
+            seen.add(int(x.shape[0]))
+            out.append(x)
+    return out
+
+
+def _ctx_follows_size(run, base) -> bool:
+    """True when a sample differing from ``base`` only in dim 0 carries another ctx."""
+    ctx = flatten(base)[1]
+    for x in run.samples:
+        if type(x) is type(base) and x.dim() == base.dim() and tuple(x.shape[1:]) == tuple(base.shape[1:]) \
+                and int(x.shape[0]) != int(base.shape[0]):
+            try:
+                if not bool(flatten(x)[1] == ctx):
+                    return True
+            except Exception:
+                return False
+    return False
 
 
 def _all_sizes(x, m) -> tuple:
@@ -97,11 +147,31 @@ def _sweep(run):
     base = next((x for x in run.samples if x.dim() >= 1), None)
     if base is None:
         raise Skip("every sample is 0-dimensional; there is no size to sweep")
-    sizes = sweep_sizes(base)
-    if len(sizes) < 3:
-        raise Skip(f"could not find 3 sizes for dim 0 of {describe(base)} that keep its size pattern")
+    fixed = _unfollowed_inners(base)
+    if fixed:
+        # Without __inner_shapes__ the checker cannot know how these inners grow with dim 0
+        # (torchao's OptimState8bit keeps a flat scale of rows*cols/256): resizing would make
+        # instances the class never builds. Sweep over the user's own samples instead.
+        xs = _own_sizes(run, base)
+        if len(xs) < 2 and _ctx_follows_size(run, base):
+            raise Skip(
+                f"{run.name}'s ctx changes with dim 0 (samples of other sizes carry another ctx: "
+                "the class stores its shape there), and dynamo compares the ctx with ==, so every "
+                "new size recompiles: dim 0 cannot be dynamic for this class"
+            )
+        if len(xs) < 2:
+            raise Skip(
+                f"inner {fixed[0]!r} of {describe(base)} does not follow dim 0 and {run.name} has no "
+                "__inner_shapes__, so the checker cannot build other sizes; pass samples of two or "
+                "more dim-0 sizes with the same ctx (or define __inner_shapes__)"
+            )
+        sizes = [int(x.shape[0]) for x in xs]
+    else:
+        sizes = sweep_sizes(base)
+        if len(sizes) < 3:
+            raise Skip(f"could not find 3 sizes for dim 0 of {describe(base)} that keep its size pattern")
     try:
-        xs = [resized(base, (m,) + tuple(base.shape[1:])) for m in sizes]
+        xs = xs if fixed else [resized(base, (m,) + tuple(base.shape[1:])) for m in sizes]
     except Exception as e:
         raise Skip(
             f"could not build samples of other sizes from {describe(base)} ({type(e).__name__}: "

@@ -54,8 +54,7 @@ def start(runs) -> None:
             state["skip"] = f"{cls.__qualname__} cannot be imported by another process"
             continue
         try:
-            enc = [_hashing.encode(x) for x in run.samples]
-            pickle.dumps(enc)
+            enc = pickle.dumps([_hashing.encode(x) for x in run.samples])
         except _hashing.Unsendable as e:
             state["skip"] = str(e)
             continue
@@ -156,10 +155,17 @@ def _stable_hash(run):
     kind, answer = state["job"].result()
     if kind == "error":
         raise Fail(
-            f"a fresh process could not rebuild the samples: {answer}",
-            "make the class and its ctx importable at module level",
+            f"the fresh process checking the hashes crashed: {answer}",
+            "run `python -m subclass_kit.testing._hash_child` by hand to see the traceback",
         )
     theirs = answer[state["index"]]
+    if isinstance(theirs, dict) and "load_error" in theirs:
+        err = theirs["load_error"]
+        if "import" in err.lower() or "attribute" in err.lower() and "module" in err.lower():
+            fix = "make the class and its ctx importable at module level, under the names they carry"
+        else:
+            fix = "make the samples' inner tensors and ctx unpickle in a fresh process"
+        raise Fail(f"a fresh process could not unpickle the samples of {run.name}: {err}", fix)
     has_own = hasattr(run.cls, "_stable_hash_for_caching")
     what = "_stable_hash_for_caching()" if has_own else "torch's default subclass hash (a pickle of the ctx)"
     mine = [_hashing.stable_hash(x) for x in run.samples]

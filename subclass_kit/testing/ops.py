@@ -213,7 +213,8 @@ def user_cases(ops) -> list:
             )
         else:
             cases.append(
-                OpCase(f"{op_name(op)}(x)", op, lambda x: (x,), kind, True, "passed in ops=", deterministic=_deterministic(op))
+                OpCase(f"{op_name(op)}(x)", op, lambda x: (x,), kind, True, "passed in ops=",
+                       deterministic=_deterministic(op), differentiable=kind == FUNCTIONAL)
             )
     return cases
 

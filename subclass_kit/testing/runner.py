@@ -24,6 +24,10 @@ __all__ = ["check_subclass", "check_subjects", "Check", "Fail", "Skip", "Run", "
 BACKENDS = ("eager", "aot_eager", "inductor")
 
 
+class UnknownCheckError(ValueError):
+    """``only=`` names a check (or prefix) that does not exist."""
+
+
 class Skip(Exception):
     """The check does not apply (the reason says why)."""
 
@@ -120,6 +124,18 @@ def _selected(name: str, only) -> bool:
     return any(name.startswith(o) for o in only)
 
 
+def _check_only(only, names) -> None:
+    """An ``only`` entry that selects no check is a typo: say so, with the valid names."""
+    if not only or not names:
+        return
+    bad = [o for o in only if not any(n.startswith(o) for n in names)]
+    if bad:
+        valid = sorted({n.split("[")[0] for n in names} | {n.split(".")[0].split("[")[0] for n in names})
+        raise UnknownCheckError(
+            f"check_subclass: only={bad} selects no check; valid names and prefixes: {', '.join(valid)}"
+        )
+
+
 def _unexpected(e: BaseException) -> str:
     tb = traceback.extract_tb(e.__traceback__)
     where = ""
@@ -182,15 +198,20 @@ def check_subjects(
 ) -> list:
     """Run the battery on already-resolved subjects; one :class:`CheckReport` per subject."""
     backends = _valid_backends(backends)
-    runs, plans = [], []
+    if isinstance(only, str):
+        only = (only,)
+    runs, plans, names = [], [], []
     for subject in subjects:
         cases = user_cases(ops) if ops is not None else default_cases(subject.cls)
         run = Run(subject, cases, backends, dynamic, backward, export, serialization, tuple(only or ()))
         plan = []
         for family in _families():
-            plan.extend(c for c in family.plan(run) if _selected(c.name, only))
+            full = family.plan(run)
+            names.extend(c.name for c in full)
+            plan.extend(c for c in full if _selected(c.name, only))
         runs.append(run)
         plans.append([c for c in plan if not c.late] + [c for c in plan if c.late])
+    _check_only(only, names)
     # Families with work to start early for all subjects at once (one child process).
     for family in _families():
         start = getattr(family, "start", None)

@@ -193,9 +193,29 @@ def test_missing_inner_tensor_is_reported_once():
     assert not guards.build(x).check(y)
 
 
-def test_unhashable_ctx_names_the_class():
-    with pytest.raises(guards.UnhashableContextError, match=r"ListCtx\.__tensor_flatten__\(\) returned an unhashable ctx") as e:
-        guards.build(ListCtx(torch.ones(2, 2), torch.ones(2, 1)))
+def test_unhashable_ctx_is_compared_by_value_like_dynamo():
+    # dynamo deep-copies the ctx and compares it with == (TENSOR_SUBCLASS_METADATA_MATCH);
+    # it never hashes it, so a list ctx compiles and so must guard.
+    x = ListCtx(torch.ones(2, 2), torch.ones(2, 1), block=32)
+    gs = guards.build(x)
+    assert gs.check(ListCtx(torch.ones(2, 2), torch.ones(2, 1), block=32))
+    y = ListCtx(torch.ones(2, 2), torch.ones(2, 1), block=16)
+    assert not gs.check(y)
+    assert gs.explain(y) == ["L['x'].__tensor_flatten__()[1][0]: expected 32, got 16"]
+    assert guards.cache_key(x) != guards.cache_key(y)
+
+
+def test_uncopyable_ctx_names_the_class():
+    class Lock:
+        def __deepcopy__(self, memo):
+            raise TypeError("cannot copy a lock")
+
+    class LockCtx(Scaled):
+        def __tensor_flatten__(self):
+            return ["a", "scale"], Lock()
+
+    with pytest.raises(guards.UnhashableContextError, match=r"LockCtx\.__tensor_flatten__\(\) returned a ctx") as e:
+        guards.build(LockCtx(torch.ones(2, 2), torch.ones(2, 1), 32))
     assert isinstance(e.value, TypeError)
 
 
@@ -341,3 +361,51 @@ def test_throwaway_kit_class():
     assert gs.explain(Pair(torch.ones(2, 2), torch.zeros(2, 2), tag="q")) == [
         "L['x'].__tensor_flatten__()[1].tag: expected 'p', got 'q'"
     ]
+
+
+class DictCtx(Scaled):
+    """A torchao-style dict ctx; ``__metadata_guard__`` ignores the ``note`` key."""
+
+    @staticmethod
+    def __new__(cls, a, scale, block=32, note="x"):
+        return Scaled.__new__(cls, a, scale, block)
+
+    def __init__(self, a, scale, block=32, note="x"):
+        super().__init__(a, scale, block)
+        self.note = note
+
+    def __tensor_flatten__(self):
+        return ["a", "scale"], {"block": [self.block], "note": self.note}
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return DictCtx(inner["a"], inner["scale"], ctx["block"][0], ctx["note"])
+
+    @classmethod
+    def __metadata_guard__(cls, orig, other):
+        return orig["block"] == other["block"]
+
+
+def test_metadata_guard_is_honoured_and_agrees_with_dynamo():
+    def d(block, note):
+        return DictCtx(torch.ones(2, 2), torch.ones(2, 1), block, note)
+
+    gs = guards.build(d(32, "x"))
+    assert gs.check(d(32, "y"))  # the class's own guard ignores the note
+    assert gs.explain(d(16, "x")) == [
+        "L['x'].__tensor_flatten__()[1]['block']: expected [32], got [16] (DictCtx.__metadata_guard__ refused it)"
+    ]
+    rep = guards.explain_recompiles(lambda t: t * 2, [(d(32, "x"),), (d(32, "y"),), (d(16, "x"),)])
+    assert rep.agrees and rep.compiles == 2, str(rep)
+
+
+def test_cache_key_of_a_dict_ctx_ignores_key_order_only():
+    class Ordered(DictCtx):
+        def __tensor_flatten__(self):
+            return ["a", "scale"], {"note": self.note, "block": [self.block]}
+
+    a = DictCtx(torch.ones(2, 2), torch.ones(2, 1), 32, "x")
+    b = Ordered(torch.ones(2, 2), torch.ones(2, 1), 32, "x")
+    payload = lambda t: guards.cache_key_payload(t).replace(type(t).__qualname__, "C")  # noqa: E731
+    assert payload(a) == payload(b)
+    assert guards.cache_key(a) != guards.cache_key(DictCtx(torch.ones(2, 2), torch.ones(2, 1), 32, "z"))

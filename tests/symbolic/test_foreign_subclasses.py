@@ -68,9 +68,52 @@ def test_jagged_nested_tensor_does_not_trip_on_nested_ints():
     names = symbolic.sources(nt)
     assert "L['x']._values.size()[0]" in names and "L['x']._offsets.size()[0]" in names
     assert names["L['x']._values.size()[0]"](nt) == 5
-    # Inference is by index: _values (sum_j, D) vs outer (B, j, D) shares no index, so it
-    # is named explicitly (and nested ints never count as equal sizes).
-    assert all(e.lhs != size_symbol("_values", 1) for e in symbolic.relations(nt))
-    p = symbolic.mark_dynamic(nt, 2, inner={"_values": [1]})
-    assert p.outer == {2: Dim.dynamic()} and p.inner["_values"] == {1: Dim.dynamic()}
+    # NestedTensor's fixed layout is known: _values is (sum_j, D) under an outer (B, j, D),
+    # _offsets has B + 1 entries; the ragged total and the nested int stay free.
+    rel = {e.lhs: e.rhs for e in symbolic.relations(nt)}
+    s0, s2 = size_symbol("", 0), size_symbol("", 2)
+    assert rel == {size_symbol("_values", 1): s2, size_symbol("_offsets", 0): s0 + 1}
+    p = symbolic.mark_dynamic(nt, 2)
+    assert p.outer == {2: Dim.dynamic()} and p.inner == {"_values": {1: Dim.dynamic()}}
+    q = symbolic.plan(nt, 0)
+    assert q.inner == {"_offsets": {0: Dim.dynamic()}}
     assert symbolic.marks(nt).inner["_values"] == {1: Dim.dynamic()}
+
+
+class _ShapeInCtx(torch.Tensor):
+    """Keeps its shape in its ctx, as torchao's NF4Tensor does (tensor_meta.original_shape)."""
+
+    @staticmethod
+    def __new__(cls, a, shape=None):
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape if shape is None else shape, dtype=a.dtype)
+
+    def __init__(self, a, shape=None):
+        self.a = a
+
+    def __tensor_flatten__(self):
+        return ["a"], {"meta": {"original_shape": self.shape}}
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        # like NF4Tensor: the shape comes from the ctx, not from outer_size
+        return _ShapeInCtx(inner["a"], ctx["meta"]["original_shape"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args, kwargs=None):
+        unwrap = lambda x: x.a if isinstance(x, _ShapeInCtx) else x  # noqa: E731
+        return func(*[unwrap(a) for a in args], **(kwargs or {}))
+
+
+def test_mark_dynamic_warns_when_the_ctx_pins_the_dim():
+    x = _ShapeInCtx(torch.ones(6, 4))
+    with pytest.warns(symbolic.CtxPinsShapeWarning, match=r"ctx\['meta'\]\['original_shape'\] = \(6, 4\).*Dim.auto\(\)"):
+        symbolic.mark_dynamic(x, 0)
+    # dynamo does what the warning says: a strict mark on a ctx-pinned dim cannot hold.
+    from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+    torch._dynamo.reset()
+    with pytest.raises(ConstraintViolationError):
+        torch.compile(lambda t: t * 2, backend="eager", fullgraph=True)(x)
+    y = _ShapeInCtx(torch.ones(6, 4))
+    with pytest.warns(symbolic.CtxPinsShapeWarning, match="expect one graph per size"):
+        symbolic.mark_dynamic(y, {0: Dim.auto()})
