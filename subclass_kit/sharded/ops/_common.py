@@ -22,7 +22,7 @@ from ..tensor import ShardedTensor, describe, spec, wrap
 
 __all__ = [
     "TensorMeta", "spec_of", "global_meta", "planned", "move", "move_plain", "wrap_out",
-    "aligned", "unsupported", "fallback", "aten",
+    "aligned", "unsupported", "fallback", "aten", "GATHERED_VIEW", "check_writable",
 ]
 
 aten = torch.ops.aten
@@ -194,6 +194,22 @@ def aligned(x_shape, out_shape, out_pl: tuple) -> tuple:
         else:
             res.append(p)
     return tuple(res)
+
+
+# Set (to the view op) on a view whose sharded dim had to be gathered: its local is a copy,
+# so an in-place write into it would silently not reach the base. In-place ops check it.
+GATHERED_VIEW = "_kit_gathered_view"
+
+
+def check_writable(func, args, kwargs, x) -> None:
+    """Raise for an in-place write into a view that gathered its shard (not a real view)."""
+    view = x.__dict__.get(GATHERED_VIEW)
+    if view is not None:
+        unsupported(
+            func, args, kwargs,
+            f"the tensor written in place came from {view} along a sharded dim, which gathered "
+            "the shard into a copy, so the write would not reach the base tensor;",
+        )
 
 
 def unsupported(func, args, kwargs, why: str):

@@ -8,7 +8,7 @@
   that is merged or split is gathered first (its chunks would not be contiguous).
 - ``expand``: the shard follows its dim; a sharded size-1 dim being broadcast is gathered.
 - ``slice``/``select``/``split``/``split_with_sizes``/``unbind`` along an unsharded dim act
-  locally; along a sharded dim they gather it first.
+  locally; along a sharded dim they gather it first. ``diagonal`` gathers its two dims.
 - ``cat``/``stack``: in the first operand's layout; a shard on the concatenated dim is
   gathered first.
 
@@ -21,9 +21,9 @@ from ... import aliasing
 from ..layout import local_shape
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
-from ._common import TensorMeta, aten, global_meta, move, planned, wrap_out
+from ._common import GATHERED_VIEW, TensorMeta, aten, global_meta, move, planned, wrap_out
 
-__all__ = ["permute_like", "reshape_like", "expand", "along_dim"]
+__all__ = ["permute_like", "reshape_like", "expand", "along_dim", "diagonal"]
 
 
 def _release(x, dims) -> tuple:
@@ -34,12 +34,22 @@ def _release(x, dims) -> tuple:
 
 
 def _finish(func, args, kwargs, local, meta, pl):
-    mesh, _, coord = spec(args[0])
+    mesh, cur, coord = spec(args[0])
     if type(meta) is not TensorMeta:
         out = type(local)(wrap_out(r, m, mesh, pl, coord) for r, m in zip(local, meta))
     else:
         out = wrap_out(local, meta, mesh, pl, coord)
+    base = args[0].__dict__.get(GATHERED_VIEW)
+    if base is not None or (local is not args[0].local and _gathered(cur, pl)):
+        # The view's local is a gathered copy, not a view of the base's shard: a write
+        # into it would not reach the base (see GATHERED_VIEW).
+        for o in (out if type(out) in (list, tuple) else (out,)):
+            o.__dict__[GATHERED_VIEW] = base or func
     return aliasing.correct_aliasing(func, args, kwargs, out)
+
+
+def _gathered(cur, pl) -> bool:
+    return any(type(p) is Shard for p in cur) and sum(type(p) is Shard for p in pl) < sum(type(p) is Shard for p in cur)
 
 
 def _shift(pl, fn) -> tuple:
@@ -184,6 +194,20 @@ def along_dim(func, types, args, kwargs):
     return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, pl)
 
 
+@ShardedTensor.implements(aten.diagonal.default)
+def diagonal(func, types, args, kwargs):
+    """The two diagonal dims are gathered; the other shards move to their place among the
+    kept dims (the diagonal becomes the last dim)."""
+    x = args[0]
+    nd = x.dim()
+    d1 = (args[2] if len(args) > 2 else kwargs.get("dim1", 0)) % nd
+    d2 = (args[3] if len(args) > 3 else kwargs.get("dim2", 1)) % nd
+    local, pl = _release(x, {d1, d2})
+    kept = [d for d in range(nd) if d not in (d1, d2)]
+    meta = global_meta(func, args, kwargs)
+    return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, _shift(pl, kept.index))
+
+
 def _as_view_ops(shape, xstride, xoff, size, stride, off):
     """Express ``as_strided(x, size, stride, off)`` as slices, selects, a permute and
     unsqueezes of ``x`` (ints only), or None when it is not such a view."""
@@ -242,6 +266,31 @@ def _as_view_ops(shape, xstride, xoff, size, stride, off):
     return ops
 
 
+def _as_diagonal(shape, xstride, xoff, size, stride, off):
+    """``(offset, dim1, dim2)`` when ``as_strided(x, size, stride, off)`` is a diagonal of
+    ``x`` (ints only), else None."""
+    if not all(type(v) is int for v in (*shape, *xstride, xoff, *size, *stride, off)):
+        return None
+    import torch
+
+    base = torch.empty_strided(shape, xstride, device="meta")
+    nd = len(shape)
+    for d1 in range(nd):
+        for d2 in range(nd):
+            if d1 == d2:
+                continue
+            delta = off - xoff  # a diagonal at offset o >= 0 starts at [0, o], o < 0 at [-o, 0]
+            cands = {delta // xstride[d2] if xstride[d2] and delta % xstride[d2] == 0 else 0,
+                     -(delta // xstride[d1]) if xstride[d1] and delta % xstride[d1] == 0 else 0}
+            for o in cands:
+                if not -shape[d1] < o < shape[d2]:
+                    continue
+                v = base.diagonal(o, d1, d2)
+                if tuple(v.shape) == size and tuple(v.stride()) == stride and xoff + v.storage_offset() == off:
+                    return o, d1, d2
+    return None
+
+
 @ShardedTensor.implements(aten.as_strided.default)
 def as_strided(func, types, args, kwargs):
     """The as_strided calls AOTAutograd makes to regenerate a compiled output that is a view
@@ -253,6 +302,10 @@ def as_strided(func, types, args, kwargs):
     if size == tuple(x.shape) and stride == tuple(x.stride()) and offset == x.storage_offset():
         return aten.alias.default(x)
     ops = _as_view_ops(tuple(x.shape), tuple(x.stride()), x.storage_offset(), size, stride, offset)
+    if ops is None:
+        diag = _as_diagonal(tuple(x.shape), tuple(x.stride()), x.storage_offset(), size, stride, offset)
+        if diag is not None:
+            return aten.diagonal.default(x, *diag)
     out = x
     for op in ops or ():
         if op[0] == "slice":
