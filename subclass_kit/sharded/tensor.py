@@ -243,3 +243,19 @@ def describe(x: ShardedTensor) -> str:
 
 # spec() relies on the meta values sitting in declaration order.
 assert ShardedTensor.__kit_spec__.meta_names == ("mesh", "placements", "coord")
+
+
+def _register_compile_constants() -> None:
+    from . import _compat
+
+    common = ("is_shard", "is_replicate", "is_partial", "__eq__", "__ne__", "__hash__", "__repr__")
+    _compat.register_compile_constants({
+        Shard: (*common, "dim"),
+        Replicate: common,
+        Partial: (*common, "op"),
+        MeshRef: ("__eq__", "__ne__", "__hash__", "__repr__", "device_type", "shape", "ranks", "dim_names",
+                  "group_names", "ndim", "size", "is_local", "coordinate", "device_mesh"),
+    })
+
+
+_register_compile_constants()

@@ -256,3 +256,79 @@ def strides_property(max_examples: int) -> dict:
     for first in names:  # every op starts some chains, on every rank in the same order
         run(first)
     return ran
+
+
+# ---- placements and meshes as compile-time constants --------------------------------------
+def compile_constants() -> dict:
+    """Reading ``.placements``, ``placements[0].is_shard()``/``.dim`` and ``.device_mesh`` of
+    an intermediate inside ``torch.compile(fullgraph=True)`` (a branch, a forward hook)
+    traces without a graph break and equals eager; a new but equal DeviceMesh does not
+    recompile (counted against DTensor on the same meshes), other placements do."""
+    from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import Replicate as TR
+    from torch.distributed.tensor import Shard as TS
+
+    k, r = dist.get_world_size(), dist.get_rank()
+    g = torch.Generator().manual_seed(3)
+    D = torch.randn(8, 6, generator=g)
+    out = {}
+
+    def branch(x):
+        y = x * 2
+        pl = y.placements
+        if pl[0].is_shard() and pl[0].dim == 0:
+            y = y + 1
+        elif pl[0].is_replicate():
+            y = y - 1
+        m = y.device_mesh
+        z = y.redistribute(m, [Replicate()])
+        return z.to_local(), y.placements == (Shard(0),), m.ndim
+
+    cnt = CompileCounterWithBackend("aot_eager")
+    cbranch = torch.compile(branch, backend=cnt, fullgraph=True)
+    mesh = _mesh()
+    for pl, ref in ((Shard(0), D * 2 + 1), (Shard(1), D * 2), (Replicate(), D * 2 - 1)):
+        x = distribute(D, mesh, [pl])
+        got, is_s0, nd = cbranch(x)
+        e_got, e_s0, e_nd = branch(x)
+        close(got, ref)
+        close(e_got, ref)
+        assert (is_s0, nd) == (e_s0, e_nd) == (pl == Shard(0), 1)
+    out["placements frames"] = cnt.frame_count  # one per placement: guarded by value
+
+    # A forward hook reading the placements of a module's output, compiled whole.
+    lin = torch.nn.Linear(6, 4)
+    seen = []
+
+    def hook(mod, args, output):
+        seen.append(output.placements[0].is_shard())
+        return output * 2 if output.placements[0].is_shard(0) else output
+
+    lin.register_forward_hook(hook)
+    w = distribute(lin.weight.detach(), mesh, [Replicate()])
+    b = distribute(lin.bias.detach(), mesh, [Replicate()])
+    lin.weight, lin.bias = torch.nn.Parameter(w), torch.nn.Parameter(b)
+    cnt_h = CompileCounterWithBackend("aot_eager")
+    y = torch.compile(lin, backend=cnt_h, fullgraph=True)(distribute(D, mesh, [Shard(0)]))
+    close(y.full_tensor(), (D @ lin.weight.full_tensor().t() + lin.bias.full_tensor()) * 2)
+    out["hook frames"] = cnt_h.frame_count
+
+    # New but equal meshes, passed in: count compiles, kit vs DTensor.
+    def kit(loc, m):
+        x = ShardedTensor.from_local(loc, m, [Shard(0)])
+        return (x * 2).redistribute(m, [Replicate()]).to_local()
+
+    def dtensor(loc, m):
+        x = DTensor.from_local(loc, m, [TS(0)])
+        return (x * 2).redistribute(m, [TR()]).to_local()
+
+    loc = D.chunk(k)[r].clone()
+    for name, fn in (("kit", kit), ("dtensor", dtensor)):
+        c = CompileCounterWithBackend("aot_eager")
+        cf = torch.compile(fn, backend=c, fullgraph=True)
+        for i in range(4):
+            m = init_device_mesh("cpu", (k,)) if i % 2 == 0 else DeviceMesh("cpu", list(range(k)))
+            close(cf(loc, m), D * 2)
+        out[f"{name} frames over 4 new meshes"] = c.frame_count
+    return out

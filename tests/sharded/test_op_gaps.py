@@ -1,7 +1,8 @@
 """Op and metadata gaps of issue 12 on a 2-rank gloo world, each against dense: backward
 through indexing (the ``*_backward`` and ``*_scatter`` ops autograd and functionalization
 emit for views), the global strides of ``contiguous()``/``clone()``, and a property test
-that every op family gives the strides the dense tensor would have."""
+that every op family gives the strides the dense tensor would have; placements and meshes
+read as compile-time constants, guarded by value."""
 
 from __future__ import annotations
 
@@ -49,3 +50,11 @@ def test_every_op_family_keeps_dense_strides():
 def test_backward_through_views_inductor():
     results = world(2).run(_gap_tasks.backward_through_views, "inductor", ("Shard(1)",), timeout=TIMEOUT * 2)
     assert results[0]["frames"] == {"Shard(1)": 1}
+
+
+def test_placements_and_mesh_are_compile_time_constants():
+    (summary, _) = world(2).run(_gap_tasks.compile_constants, timeout=TIMEOUT)
+    assert summary["placements frames"] == 3  # Shard(0), Shard(1), Replicate(): guarded by value
+    assert summary["hook frames"] == 1
+    # A new but equal DeviceMesh is guarded by value, as DTensor's is: no more compiles than DTensor.
+    assert summary["kit frames over 4 new meshes"] == summary["dtensor frames over 4 new meshes"] == 1
