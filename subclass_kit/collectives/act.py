@@ -95,6 +95,10 @@ class AsyncCollectiveTensor(WrapperTensor):
             ('Tensor', tensor([2., 2.]))
         """
         d = self.__dict__
+        if self.requires_grad and torch.is_grad_enabled():
+            # The result of a differentiable collective: the waited value keeps its history
+            # (the plain buffer alone would hand back a gradient of None).
+            return _WaitKeepGrad.apply(self)
         cell = d["_kit_pending"]
         if cell is not None:
             if _compat.in_fake_or_proxy_mode():
@@ -228,6 +232,19 @@ def _wrap(elem, cell):
     d["_kit_ctx"] = _ctx(elem.dtype)
     d["_kit_pending"] = cell
     return r
+
+
+class _WaitKeepGrad(torch.autograd.Function):
+    """``trigger_wait`` of an instance that requires grad: the waited plain value, with the
+    gradient passed through unchanged (a wait is the identity on values)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.trigger_wait().view_as(x.__dict__["elem"])
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
 
 
 def pending(elem: torch.Tensor, what) -> AsyncCollectiveTensor:

@@ -120,8 +120,12 @@ class ShardedTensor(WrapperTensor):
 
         return to_local(self, grad_placements)
 
-    def redistribute(self, mesh=None, placements=None) -> "ShardedTensor":
+    def redistribute(self, mesh=None, placements=None, *, async_op: bool = False) -> "ShardedTensor":
         """The same global tensor with other placements (differentiable; collectives as needed).
+
+        ``async_op=True`` (eager, as DTensor's): return as soon as the collectives are
+        issued; the result's local is a pending ``AsyncCollectiveTensor`` that waits at first
+        use (under torch.compile the graph schedules the waits, and this changes nothing).
 
         Example:
             >>> import torch
@@ -132,7 +136,7 @@ class ShardedTensor(WrapperTensor):
         """
         from .convert import redistribute
 
-        return redistribute(self, mesh, placements)
+        return redistribute(self, mesh, placements, async_op=async_op)
 
     def full_tensor(self) -> torch.Tensor:
         """The whole global tensor on every rank, as a plain tensor (differentiable).

@@ -332,3 +332,37 @@ def compile_constants() -> dict:
             close(cf(loc, m), D * 2)
         out[f"{name} frames over 4 new meshes"] = c.frame_count
     return out
+
+
+def async_redistribute() -> dict:
+    """``redistribute(..., async_op=True)``: the result's local is a pending
+    AsyncCollectiveTensor (as DTensor's); its values, ops on it and gradients through it
+    equal dense and the synchronous redistribute; compiled, it is the same graph."""
+    from subclass_kit.collectives import AsyncCollectiveTensor
+
+    mesh = _mesh()
+    g = torch.Generator().manual_seed(9)
+    D, W = torch.randn(6, 4, generator=g), torch.randn(4, 3, generator=g)
+    out = {}
+    for src, dst in ((Shard(0), Replicate()), (Shard(0), Shard(1)), (Partial("sum"), Replicate())):
+        if type(src) is Partial:
+            k, r = dist.get_world_size(), dist.get_rank()
+            x = ShardedTensor.from_local(D * (r + 1) / (k * (k + 1) / 2), mesh, [src]).detach().requires_grad_(True)
+        else:
+            x = distribute(D, mesh, [src]).requires_grad_(True)
+        y = x.redistribute(mesh, [dst], async_op=True)
+        out[f"{src}->{dst} local"] = (type(y.local).__name__, y.placements == (dst,))
+        z = (y @ distribute(W, mesh, [Replicate()])).sum()
+        close(z.full_tensor(), (D @ W).sum())
+        z.full_tensor().backward()
+        xs = x.detach().clone().requires_grad_(True)
+        zs = (xs.redistribute(mesh, [dst]) @ distribute(W, mesh, [Replicate()])).sum()
+        zs.full_tensor().backward()
+        close(x.grad.full_tensor(), xs.grad.full_tensor(), msg=f"{src}->{dst}")
+        close(y.full_tensor(), D)
+        assert type(y.local) is not AsyncCollectiveTensor or y.local.completed
+    cnt = CompileCounterWithBackend("aot_eager")
+    f = torch.compile(lambda t: t.redistribute(mesh, [Replicate()], async_op=True).to_local() * 2, backend=cnt, fullgraph=True)
+    close(f(distribute(D, mesh, [Shard(0)])), D * 2)
+    out["compiled frames"] = cnt.frame_count
+    return out

@@ -58,3 +58,13 @@ def test_placements_and_mesh_are_compile_time_constants():
     assert summary["hook frames"] == 1
     # A new but equal DeviceMesh is guarded by value, as DTensor's is: no more compiles than DTensor.
     assert summary["kit frames over 4 new meshes"] == summary["dtensor frames over 4 new meshes"] == 1
+
+
+def test_redistribute_async_op():
+    (summary, _) = world(2).run(_gap_tasks.async_redistribute, timeout=TIMEOUT)
+    assert summary == {
+        "Shard(0)->Replicate() local": ("AsyncCollectiveTensor", True),
+        "Shard(0)->Shard(1) local": ("AsyncCollectiveTensor", True),  # gather, then a chunk (a view)
+        "Partial('sum')->Replicate() local": ("AsyncCollectiveTensor", True),
+        "compiled frames": 1,
+    }
