@@ -145,8 +145,16 @@ class AsyncCollectiveTensor(WrapperTensor):
         # use the waited value; wait_tensor is side-effectful in FX, so it is never DCE'd.
         # AOTAutograd unflattens an input twice (once on the graph's input, once more when
         # functionalizing it); the second time the inner is already the wait's result.
-        if _compat.tracing_into_graph() and not isinstance(elem, _compat.FunctionalTensor):
+        # With a training partitioner (min-cut) the joint is retraced from the waited value:
+        # an inner that is already the output of such a wait is not waited again (that
+        # second wait would be an unused node in the forward graph).
+        if (
+            _compat.tracing_into_graph()
+            and not isinstance(elem, _compat.FunctionalTensor)
+            and elem not in _WAITED_IN_GRAPH
+        ):
             elem = _wait_op(elem)
+            _WAITED_IN_GRAPH[elem] = True
         if outer_size is None:
             outer_size, outer_stride = elem.shape, elem.stride()
         r = _make(
@@ -232,6 +240,10 @@ def _wrap(elem, cell):
     d["_kit_ctx"] = _ctx(elem.dtype)
     d["_kit_pending"] = cell
     return r
+
+
+# Inner tensors that __tensor_unflatten__ already waited while tracing (weak, by identity).
+_WAITED_IN_GRAPH = _compat.WeakTensorKeyDictionary()
 
 
 class _WaitKeepGrad(torch.autograd.Function):

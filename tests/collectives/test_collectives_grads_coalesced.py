@@ -75,18 +75,19 @@ def _grads_like_torch() -> dict:
     return out
 
 
-def _capture():
-    from functorch.compile import make_boxed_func
+def _capture(min_cut: bool = False):
+    from functorch.compile import make_boxed_func, min_cut_rematerialization_partition
     from torch._functorch.aot_autograd import aot_module_simplified
 
     graphs = []
+    extra = {"partition_fn": min_cut_rematerialization_partition} if min_cut else {}
 
     def backend(gm, inputs):
         def keep(g, _):
             graphs.append(g)
             return make_boxed_func(g.forward)
 
-        return aot_module_simplified(gm, inputs, fw_compiler=keep, bw_compiler=keep)
+        return aot_module_simplified(gm, inputs, fw_compiler=keep, bw_compiler=keep, **extra)
 
     return backend, graphs
 
@@ -106,9 +107,9 @@ def _waits_of_pending_grad_inputs() -> dict:
         "detach and use": lambda a: (a.detach() * a).sum(),
     }
     out = {}
-    for name, body in bodies.items():
+    for (name, body), min_cut in [(kv, mc) for kv in bodies.items() for mc in (False, True)]:
         torch._dynamo.reset()
-        backend, graphs = _capture()
+        backend, graphs = _capture(min_cut)  # the min-cut partitioner retraces the joint
         xr = x.clone().requires_grad_(True)
         pending_in = kit.all_reduce(xr, "sum")  # differentiable: xr requires grad
         assert type(pending_in) is kit.AsyncCollectiveTensor and pending_in.requires_grad
@@ -119,7 +120,7 @@ def _waits_of_pending_grad_inputs() -> dict:
         loss.backward()
         ref.backward()
         close(xr.grad, k * dense.grad, msg=name)  # all_reduce's adjoint sums every rank's grad
-        out[name] = str(graphs[0].code).count("_c10d_functional.wait_tensor.default(")
+        out[f"{name}{' min-cut' if min_cut else ''}"] = str(graphs[0].code).count("_c10d_functional.wait_tensor.default(")
     return out
 
 
@@ -178,7 +179,8 @@ def test_plain_collectives_grads_waits_and_coalesced():
     assert grads.pop("broadcast") is True
     assert grads == {"all_reduce sum": 1, "all_gather dim0": 1, "reduce_scatter sum": 1, "all_to_all": 1}
     # One wait per pending input, never a second unused one.
-    assert res["waits"] == dict.fromkeys(["square", "two uses", "view first", "linear", "detach and use"], 1)
+    names = ["square", "two uses", "view first", "linear", "detach and use"]
+    assert res["waits"] == dict.fromkeys(names + [f"{n} min-cut" for n in names], 1)
     co = res["coalesced"]
     assert co.pop("grad input") is True and co.pop("indivisible") is True
     # One frame, one coalesced op, one wait per result (3 tensors).
