@@ -219,13 +219,35 @@ def _ctx(mesh, placements, coord, dtype) -> SubclassCtx:
     return c
 
 
+# The hot path: the same mesh, placements and coord objects come back op after op (they
+# are the inputs' and the cached plans'), so an identity-keyed lookup finds the interned
+# ctx without hashing the dataclasses. Each entry holds its objects, so their ids stay valid.
+_CTX_BY_ID: dict = {}
+
+
+def _ctx_fast(mesh, placements, coord, dtype) -> SubclassCtx:
+    hit = _CTX_BY_ID.get((id(mesh), id(placements), id(coord), dtype))
+    if hit is not None and hit[0] is mesh and hit[1] is placements and hit[2] is coord:
+        return hit[3]
+    c = _ctx(mesh, placements, coord, dtype)
+    if len(_CTX_BY_ID) > 4096:
+        _CTX_BY_ID.clear()
+    _CTX_BY_ID[(id(mesh), id(placements), id(coord), dtype)] = (mesh, placements, coord, c)
+    return c
+
+
+SIG = "_kit_sig"  # the instance's metadata signature, for the op caches (see ops._common)
+
+
 def wrap(local, mesh, placements, coord, shape, stride, dtype=None, offset=0, requires_grad=False) -> ShardedTensor:
     """Trusted construction (no checks): the dispatch and conversion paths use it."""
     dtype = local.dtype if dtype is None else dtype
-    return from_parts(
-        ShardedTensor, (local,), _ctx(mesh, placements, coord, dtype), shape, stride, offset, dtype,
-        local.device, requires_grad,
-    )
+    ctx = _ctx_fast(mesh, placements, coord, dtype)
+    out = from_parts(ShardedTensor, (local,), ctx, shape, stride, offset, dtype, local.device, requires_grad)
+    # ctx is interned (held by _CTXS for the process's life), so its id names it; the outer
+    # size and stride never change (in-place view ops are not supported on ShardedTensor).
+    out.__dict__[SIG] = (id(ctx), tuple(shape), tuple(stride))
+    return out
 
 
 def relayout(x: ShardedTensor, placements: tuple) -> ShardedTensor:

@@ -18,7 +18,7 @@ from .. import _compat
 from ..errors import MeshError, UnsupportedOpError
 from ..placements import Replicate, Shard
 from ..redistribute import redistribute_local
-from ..tensor import ShardedTensor, describe, spec, wrap
+from ..tensor import SIG, ShardedTensor, describe, spec, wrap
 
 __all__ = [
     "TensorMeta", "spec_of", "global_meta", "planned", "move", "move_plain", "wrap_out",
@@ -77,7 +77,7 @@ def _sig(a, numbers_by_type: bool):
     symbolic sizes: those are never cached)."""
     t = type(a)
     if t is ShardedTensor:
-        return (a._kit_ctx, a.shape, a.stride())
+        return a.__dict__.get(SIG) or (a._kit_ctx, a.shape, a.stride())
     if isinstance(a, torch.Tensor):
         return (t, a.shape, a.stride(), a.dtype, a.device)
     if t in _SEQ:

@@ -33,23 +33,20 @@ def _release(x, dims) -> tuple:
     return move(x, target), target
 
 
-def _finish(func, args, kwargs, local, meta, pl):
-    mesh, cur, coord = spec(args[0])
+def _finish(func, args, kwargs, local, meta, pl, gathered: bool = False):
+    """Wrap the view's local result; ``gathered``: the input's shard was gathered first, so
+    the result is a copy, not a view of the input's shard."""
+    mesh, _, coord = spec(args[0])
     if type(meta) is not TensorMeta:
         out = type(local)(wrap_out(r, m, mesh, pl, coord) for r, m in zip(local, meta))
     else:
         out = wrap_out(local, meta, mesh, pl, coord)
     base = args[0].__dict__.get(GATHERED_VIEW)
-    if base is not None or (local is not args[0].local and _gathered(cur, pl)):
-        # The view's local is a gathered copy, not a view of the base's shard: a write
-        # into it would not reach the base (see GATHERED_VIEW).
+    if gathered or base is not None:
+        # A write into it would not reach the base (see GATHERED_VIEW).
         for o in (out if type(out) in (list, tuple) else (out,)):
             o.__dict__[GATHERED_VIEW] = base or func
     return aliasing.correct_aliasing(func, args, kwargs, out)
-
-
-def _gathered(cur, pl) -> bool:
-    return any(type(p) is Shard for p in cur) and sum(type(p) is Shard for p in pl) < sum(type(p) is Shard for p in cur)
 
 
 def _shift(pl, fn) -> tuple:
@@ -81,10 +78,8 @@ _permute_plan = planned(_permute_decide)
 
 @ShardedTensor.implements(aten.unsqueeze.default)
 def unsqueeze(func, types, args, kwargs):
-    x, dim = args[0], args[1] % (args[0].dim() + 1)
-    meta = global_meta(func, args, kwargs)
-    pl = _shift(spec(x)[1], lambda d: d + (d >= dim))
-    return _finish(func, args, kwargs, func(x.local, dim), meta, pl)
+    meta, dim, pl = _unsqueeze_plan(func, args, kwargs)
+    return _finish(func, args, kwargs, func(args[0].local, dim), meta, pl)
 
 
 @ShardedTensor.implements(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
@@ -101,7 +96,7 @@ def squeeze(func, types, args, kwargs):
     local, pl = _release(x, set(gone))
     meta = global_meta(func, args, kwargs)
     pl = _shift(pl, lambda d: d - sum(g < d for g in gone))
-    return _finish(func, args, kwargs, aten.squeeze.dims(local, gone), meta, pl)
+    return _finish(func, args, kwargs, aten.squeeze.dims(local, gone), meta, pl, local is not x.local)
 
 
 def _view_target(in_shape, out_shape, d):
@@ -121,13 +116,15 @@ def reshape_like(func, types, args, kwargs):
     """A shard survives a view when its dim keeps its size and element offset."""
     meta, target, size, pl = _reshape_plan(func, args, kwargs)
     local = move(args[0], target)
+    copied = local is not args[0].local
     try:
         res = func(local, size)
     except RuntimeError:
         # The global view is valid but this shard's strides do not allow it (a chunk cut
         # out of a wider tensor): view a compact copy, as reshape would.
         res = func(local.contiguous(), size)
-    return _finish(func, args, kwargs, res, meta, pl)
+        copied = True
+    return _finish(func, args, kwargs, res, meta, pl, copied)
 
 
 def _reshape_decide(func, args, kwargs):
@@ -167,7 +164,7 @@ def expand(func, types, args, kwargs):
         if type(p) is Shard:
             size[p.dim + lead] = local.size(p.dim)
     pl = _shift(pl, lambda d: d + lead)
-    return _finish(func, args, kwargs, func(local, size, *args[2:], **kwargs), meta, pl)
+    return _finish(func, args, kwargs, func(local, size, *args[2:], **kwargs), meta, pl, local is not x.local)
 
 
 _DIM_ARG = {
@@ -183,15 +180,31 @@ _DROPS_DIM = {aten.select.int, aten.unbind.int}
 @ShardedTensor.implements(*_DIM_ARG)
 def along_dim(func, types, args, kwargs):
     """Indexing along one dim: local when it is not sharded, else after gathering it."""
+    meta, target, pl = _along_plan(func, args, kwargs)
+    local = move(args[0], target)
+    return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, pl, local is not args[0].local)
+
+
+def _along_decide(func, args, kwargs):
     x = args[0]
     i = _DIM_ARG[func]
     dim = args[i] if len(args) > i else kwargs.get("dim", 0)
     dim = dim % x.dim()
-    local, pl = _release(x, {dim})
-    meta = global_meta(func, args, kwargs)
-    if func in _DROPS_DIM:
-        pl = _shift(pl, lambda d: d - (d > dim))
-    return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, pl)
+    cur = spec(x)[1]
+    target = tuple(Replicate() if type(p) is Shard and p.dim == dim else p for p in cur)
+    pl = _shift(target, lambda d: d - (d > dim)) if func in _DROPS_DIM else target
+    return global_meta(func, args, kwargs), target, pl
+
+
+_along_plan = planned(_along_decide)
+
+
+def _unsqueeze_decide(func, args, kwargs):
+    x, dim = args[0], args[1] % (args[0].dim() + 1)
+    return global_meta(func, args, kwargs), dim, _shift(spec(x)[1], lambda d: d + (d >= dim))
+
+
+_unsqueeze_plan = planned(_unsqueeze_decide)
 
 
 @ShardedTensor.implements(aten.diagonal.default)
@@ -205,7 +218,7 @@ def diagonal(func, types, args, kwargs):
     local, pl = _release(x, {d1, d2})
     kept = [d for d in range(nd) if d not in (d1, d2)]
     meta = global_meta(func, args, kwargs)
-    return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, _shift(pl, kept.index))
+    return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, _shift(pl, kept.index), local is not x.local)
 
 
 def _as_view_ops(shape, xstride, xoff, size, stride, off):
