@@ -16,7 +16,7 @@ import torch
 from ...dispatch import raise_unsupported
 from .. import _compat
 from ..errors import MeshError, UnsupportedOpError
-from ..placements import Replicate, Shard
+from ..placements import Replicate, Shard, render
 from ..redistribute import redistribute_local
 from ..tensor import SIG, ShardedTensor, describe, spec, wrap
 
@@ -53,15 +53,17 @@ def _sharded_in(args, kwargs):
 
 def spec_of(func, args, kwargs):
     """``(mesh, coord)`` shared by every ShardedTensor argument (MeshError if they differ)."""
-    mesh = coord = None
+    mesh = coord = first = None
     for x in _sharded_in(args, kwargs):
-        m, _, c = spec(x)
+        m, pl, c = spec(x)
         if mesh is None:
-            mesh, coord = m, c
+            mesh, coord, first = m, c, pl
         elif m != mesh:
             raise MeshError(
-                f"{func}: ShardedTensor arguments live on different meshes ({mesh} and {m}); "
-                "redistribute them onto one mesh first."
+                f"ShardedTensor cannot run {func}: its arguments live on different meshes, "
+                f"{mesh} with placements {render(first)} and {m} with placements {render(pl)}. "
+                "Every operand of an op must be on one mesh: build them on the same DeviceMesh, "
+                "or bring one over with distribute(t.full_tensor(), mesh, placements)."
             )
     return mesh, coord
 

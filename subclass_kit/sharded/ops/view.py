@@ -21,7 +21,7 @@ from ... import aliasing
 from ..layout import local_shape
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
-from ._common import GATHERED_VIEW, TensorMeta, aten, global_meta, move, planned, wrap_out
+from ._common import GATHERED_VIEW, TensorMeta, aten, global_meta, move, planned, spec_of, wrap_out
 
 __all__ = ["permute_like", "reshape_like", "expand", "along_dim", "diagonal"]
 
@@ -340,6 +340,7 @@ def _cat_decide(func, args, kwargs):
     tensors = args[0]
     dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
     first = next(t for t in tensors if type(t) is ShardedTensor)
+    spec_of(func, args, kwargs)  # one mesh for every operand (MeshError otherwise)
     mesh, cur, coord = spec(first)
     nd = first.dim() + (func is aten.stack.default)
     dim = dim % nd
