@@ -196,7 +196,10 @@ def mesh_ref(mesh) -> MeshRef:
     if isinstance(mesh, MeshRef):
         return mesh
     if torch.compiler.is_compiling():
-        return mesh._subclass_kit_mesh_ref()  # a DeviceMesh member dynamo evaluates as a constant
+        from torch.distributed.device_mesh import DeviceMesh
+
+        if isinstance(mesh, DeviceMesh):
+            return mesh._subclass_kit_mesh_ref()  # a DeviceMesh member dynamo evaluates as a constant
     return _describe(mesh)
 
 
