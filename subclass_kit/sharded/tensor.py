@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from .. import _compat as _kit_compat
 from ..base import WrapperTensor
 from ..construct import construct, from_parts
 from ..ctx import _VALUES, SubclassCtx
@@ -243,11 +244,22 @@ def wrap(local, mesh, placements, coord, shape, stride, dtype=None, offset=0, re
     """Trusted construction (no checks): the dispatch and conversion paths use it."""
     dtype = local.dtype if dtype is None else dtype
     ctx = _ctx_fast(mesh, placements, coord, dtype)
-    out = from_parts(ShardedTensor, (local,), ctx, shape, stride, offset, dtype, local.device, requires_grad)
+    if requires_grad or type(offset) is not int or offset != 0:
+        out = from_parts(ShardedTensor, (local,), ctx, shape, stride, offset, dtype, local.device, requires_grad)
+        d = out.__dict__
+    else:
+        # from_parts' common case, inlined: this runs once per op.
+        out = _make(ShardedTensor, shape, strides=stride, dtype=dtype, device=local.device)
+        d = out.__dict__
+        d["local"] = local
+        d["_kit_ctx"] = ctx
     # ctx is interned (held by _CTXS for the process's life), so its id names it; the outer
     # size and stride never change (in-place view ops are not supported on ShardedTensor).
-    out.__dict__[SIG] = (id(ctx), tuple(shape), tuple(stride))
+    d[SIG] = (id(ctx), shape if type(shape) is tuple else tuple(shape), stride if type(stride) is tuple else tuple(stride))
     return out
+
+
+_make = _kit_compat.make_wrapper_subclass
 
 
 def relayout(x: ShardedTensor, placements: tuple) -> ShardedTensor:
