@@ -26,6 +26,11 @@ from .autograd import (
     all_to_all_single_autograd as all_to_all_single_autograd,
     reduce_scatter_tensor_autograd as reduce_scatter_tensor_autograd,
 )
+from .coalesced import (
+    all_gather_into_tensor_coalesced as all_gather_into_tensor_coalesced,
+    all_reduce_coalesced as all_reduce_coalesced,
+    reduce_scatter_tensor_coalesced as reduce_scatter_tensor_coalesced,
+)
 from .errors import (
     CollectiveArgumentError as CollectiveArgumentError,
     CollectiveError as CollectiveError,
@@ -51,6 +56,9 @@ __all__ = [
     "all_to_all_single",
     "broadcast",
     "wait_tensor",
+    "all_reduce_coalesced",
+    "all_gather_into_tensor_coalesced",
+    "reduce_scatter_tensor_coalesced",
     "all_reduce_autograd",
     "all_gather_tensor_autograd",
     "reduce_scatter_tensor_autograd",

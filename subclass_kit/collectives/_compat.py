@@ -21,6 +21,7 @@ __all__ = [
     "tracing_into_graph",
     "in_fake_or_proxy_mode",
     "FunctionalTensor",
+    "WeakTensorKeyDictionary",
 ]
 
 funcol_ops = torch.ops._c10d_functional
@@ -90,3 +91,5 @@ def writes_an_argument(func) -> bool:
     if schema is None:
         return False
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
+
+from torch.utils.weak import WeakTensorKeyDictionary  # noqa: E402  (identity-keyed, weak)

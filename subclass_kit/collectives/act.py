@@ -95,6 +95,10 @@ class AsyncCollectiveTensor(WrapperTensor):
             ('Tensor', tensor([2., 2.]))
         """
         d = self.__dict__
+        if self.requires_grad and torch.is_grad_enabled():
+            # The result of a differentiable collective: the waited value keeps its history
+            # (the plain buffer alone would hand back a gradient of None).
+            return _WaitKeepGrad.apply(self)
         cell = d["_kit_pending"]
         if cell is not None:
             if _compat.in_fake_or_proxy_mode():
@@ -141,8 +145,16 @@ class AsyncCollectiveTensor(WrapperTensor):
         # use the waited value; wait_tensor is side-effectful in FX, so it is never DCE'd.
         # AOTAutograd unflattens an input twice (once on the graph's input, once more when
         # functionalizing it); the second time the inner is already the wait's result.
-        if _compat.tracing_into_graph() and not isinstance(elem, _compat.FunctionalTensor):
+        # With a training partitioner (min-cut) the joint is retraced from the waited value:
+        # an inner that is already the output of such a wait is not waited again (that
+        # second wait would be an unused node in the forward graph).
+        if (
+            _compat.tracing_into_graph()
+            and not isinstance(elem, _compat.FunctionalTensor)
+            and elem not in _WAITED_IN_GRAPH
+        ):
             elem = _wait_op(elem)
+            _WAITED_IN_GRAPH[elem] = True
         if outer_size is None:
             outer_size, outer_stride = elem.shape, elem.stride()
         r = _make(
@@ -228,6 +240,23 @@ def _wrap(elem, cell):
     d["_kit_ctx"] = _ctx(elem.dtype)
     d["_kit_pending"] = cell
     return r
+
+
+# Inner tensors that __tensor_unflatten__ already waited while tracing (weak, by identity).
+_WAITED_IN_GRAPH = _compat.WeakTensorKeyDictionary()
+
+
+class _WaitKeepGrad(torch.autograd.Function):
+    """``trigger_wait`` of an instance that requires grad: the waited plain value, with the
+    gradient passed through unchanged (a wait is the identity on values)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.trigger_wait().view_as(x.__dict__["elem"])
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
 
 
 def pending(elem: torch.Tensor, what) -> AsyncCollectiveTensor:

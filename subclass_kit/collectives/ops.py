@@ -5,8 +5,14 @@ In eager each returns as soon as the collective is issued, as an
 compiling or exporting, each returns ``wait_tensor(op(...))`` directly: the compiler sees
 the collective and its wait as two graph nodes and may move compute between them.
 
-These are not differentiable (the result does not require grad, whatever the input);
-the ``*_autograd`` variants in :mod:`subclass_kit.collectives.autograd` are.
+Gradients follow torch 2.13's functional collectives (whose native ops carry autograd):
+when the input requires grad (and grad mode is on), ``all_reduce``, ``all_gather_tensor``,
+``reduce_scatter_tensor`` and ``all_to_all_single`` are their ``*_autograd`` variants from
+:mod:`subclass_kit.collectives.autograd`, whose backward is the adjoint collective (for
+``all_reduce`` sum: ``all_reduce(grad, sum)``, as torch's). Where torch raises in the
+backward (``all_reduce`` with ``avg``/``max``/``min``) the kit gives the adjoint.
+``broadcast`` has no gradient in torch (it warns and passes the local gradient through);
+here an input that requires grad is an error naming the fix.
 
 Reduce ops are named by strings as in torch's functional collectives: ``"sum"``,
 ``"avg"``, ``"product"``, ``"min"``, ``"max"``, ``"band"``, ``"bor"``, ``"bxor"``
@@ -80,10 +86,28 @@ def _issue(where: str, group: GroupRef, fn, *args):
     return pending(out, (where, group))
 
 
+def _issue_many(where: str, group: GroupRef, fn, *args) -> list:
+    """Run a native coalesced op (a list of outputs); in eager each output is pending."""
+    if _tracing():
+        return [_wait_op(o) for o in fn(*args)]
+    try:
+        outs = fn(*args)
+    except RuntimeError as e:
+        raise CollectiveError(
+            f"subclass_kit.collectives.{where} on group {group.name!r} ({group.size} ranks) "
+            f"could not be issued: {e}"
+        ) from e
+    return [pending(o, (where, group)) for o in outs]
+
+
 def _nograd(t: torch.Tensor) -> torch.Tensor:
-    # torch 2.13 registers autograd on the native ops; the plain collectives stay
-    # non-differentiable (the *_autograd variants define their own backward).
+    # torch 2.13 registers autograd on the native ops; the plain ops are issued on a
+    # detached input (a differentiable call goes to the *_autograd variant instead).
     return t.detach() if t.requires_grad else t
+
+
+def _wants_grad(t: torch.Tensor) -> bool:
+    return t.requires_grad and torch.is_grad_enabled()
 
 
 def _check_dim(t: torch.Tensor, dim: int, where: str, what: str) -> int:
@@ -114,6 +138,10 @@ def all_reduce(t: torch.Tensor, op, group: GroupLike = None, *, mesh_dim=None) -
         >>> all_reduce(torch.ones(2), "sum")
         AsyncCollectiveTensor(tensor([2., 2.]))
     """
+    if _wants_grad(t):
+        from .autograd import all_reduce_autograd
+
+        return all_reduce_autograd(t, op, group, mesh_dim=mesh_dim)
     g = resolve_group(group, mesh_dim, where="all_reduce")
     name = _reduce_op(op, "all_reduce")
     return _issue("all_reduce", g, _all_reduce, _nograd(t), name, g.name)
@@ -140,6 +168,10 @@ def all_gather_tensor(t: torch.Tensor, gather_dim: int, group: GroupLike = None,
         >>> all_gather_tensor(x, 1)                     # not dim 0: waited, plain
         tensor([[0., 0., 1., 1.]])
     """
+    if _wants_grad(t):
+        from .autograd import all_gather_tensor_autograd
+
+        return all_gather_tensor_autograd(t, gather_dim, group, mesh_dim=mesh_dim)
     g = resolve_group(group, mesh_dim, where="all_gather_tensor")
     gather_dim = _check_dim(t, gather_dim, "all_gather_tensor", "gather_dim")
     res = _issue("all_gather_tensor", g, _all_gather, _nograd(t).contiguous(), g.size, g.name)
@@ -161,6 +193,10 @@ def reduce_scatter_tensor(t: torch.Tensor, op, scatter_dim: int, group: GroupLik
         >>> reduce_scatter_tensor(torch.arange(4.0), "sum", 0)
         AsyncCollectiveTensor(tensor([0., 2.]))
     """
+    if _wants_grad(t):
+        from .autograd import reduce_scatter_tensor_autograd
+
+        return reduce_scatter_tensor_autograd(t, op, scatter_dim, group, mesh_dim=mesh_dim)
     where = "reduce_scatter_tensor"
     g = resolve_group(group, mesh_dim, where=where)
     name = _reduce_op(op, where)
@@ -228,6 +264,10 @@ def all_to_all_single(
         >>> all_to_all_single(x, [1, 2 - r], [r + 1, 1])  # rank 0 receives 1 row, then 2
         AsyncCollectiveTensor(tensor([ 0., 10., 11.]))
     """
+    if _wants_grad(t):
+        from .autograd import all_to_all_single_autograd
+
+        return all_to_all_single_autograd(t, output_split_sizes, input_split_sizes, group, mesh_dim=mesh_dim)
     where = "all_to_all_single"
     g = resolve_group(group, mesh_dim, where=where)
     out_s, in_s = _splits(t, output_split_sizes, input_split_sizes, g, where)
@@ -243,6 +283,13 @@ def broadcast(t: torch.Tensor, src: int, group: GroupLike = None, *, mesh_dim=No
         >>> broadcast(torch.full((2,), float(dist.get_rank())), 1)
         AsyncCollectiveTensor(tensor([1., 1.]))
     """
+    if _wants_grad(t):
+        raise CollectiveArgumentError(
+            "subclass_kit.collectives.broadcast: the input requires grad, but broadcast has no "
+            "gradient (torch's functional broadcast has no autograd kernel either). Pass "
+            "t.detach(), or call it under torch.no_grad(); to send a differentiable value from "
+            "one rank, all_reduce(t * (rank == src), 'sum') is differentiable."
+        )
     g = resolve_group(group, mesh_dim, where="broadcast")
     if not 0 <= src < g.size:
         raise CollectiveArgumentError(

@@ -1,8 +1,8 @@
 """The collective steps of redistribution, on one mesh dimension, returning waited locals.
 
 Each step goes through ``subclass_kit.collectives`` (torch's native ``_c10d_functional``
-ops underneath) by group name, and waits at once: a ShardedTensor's local is always a plain
-tensor. Under torch.compile the kit's collectives return ``wait_tensor(op(...))`` and both
+ops underneath) by group name, and waits at once: a ShardedTensor's local is a plain tensor (unless
+``redistribute(..., async_op=True)`` asked for a pending one). Under torch.compile the kit's collectives return ``wait_tensor(op(...))`` and both
 nodes land in the graph. A mesh dimension of one rank is the identity and issues nothing.
 
 Uneven shards (torch.chunk sizes) are padded to the full chunk before a gather or a
@@ -11,20 +11,39 @@ reduce-scatter and cut back after, so every rank sends equal sizes as the ops re
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+
 import torch
 
 from .. import collectives as _coll
 from .layout import chunk_size
 from .mesh import MeshRef
 
-__all__ = ["waited", "gather_shards", "reduce_partial", "reduce_scatter_partial", "take_chunk", "zero_unless_first"]
+__all__ = ["waited", "async_op", "gather_shards", "reduce_partial", "reduce_scatter_partial", "take_chunk", "zero_unless_first"]
+
+
+_ASYNC = contextvars.ContextVar("subclass_kit_sharded_async_op", default=False)
+
+
+@contextlib.contextmanager
+def async_op():
+    """Within this context ``waited`` leaves eager results pending (``redistribute(...,
+    async_op=True)``): compute ops on them wait at first use, views keep them pending."""
+    token = _ASYNC.set(True)
+    try:
+        yield
+    finally:
+        _ASYNC.reset(token)
 
 
 def waited(t: torch.Tensor) -> torch.Tensor:
-    # Eager results are pending AsyncCollectiveTensors: wait now, a local is always plain.
-    # While tracing the kit already returned wait_tensor(op(...)); waiting again would add a
-    # second wait node.
-    return t.trigger_wait() if type(t) is _coll.AsyncCollectiveTensor else t
+    # Eager results are pending AsyncCollectiveTensors: wait now, a local is plain (unless
+    # async_op asked for the pending result). While tracing the kit already returned
+    # wait_tensor(op(...)); waiting again would add a second wait node.
+    if type(t) is _coll.AsyncCollectiveTensor and not _ASYNC.get():
+        return t.trigger_wait()
+    return t
 
 
 def _static_zero(x) -> bool:

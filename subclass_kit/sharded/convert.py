@@ -138,10 +138,15 @@ class _ToLocal(torch.autograd.Function):
 
 class _Redistribute(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, placements):
+    def forward(ctx, x, placements, async_op=False):
         c = x._kit_ctx
         ctx.src = c.placements
         ctx.where = (c.mesh, c.coord, x.shape, x.stride())
+        if async_op:
+            from .comm import async_op as pending
+
+            with pending():
+                return relayout(x, placements)
         return relayout(x, placements)
 
     @staticmethod
@@ -151,10 +156,10 @@ class _Redistribute(torch.autograd.Function):
             # A plain gradient is the whole global gradient: this rank keeps its part.
             mesh, coord, shape, stride = ctx.where
             return wrap(redistribute_local(grad, mesh, coord, (Replicate(),) * len(target), target, shape),
-                        mesh, target, coord, shape, stride, grad.dtype), None
+                        mesh, target, coord, shape, stride, grad.dtype), None, None
         if grad._kit_ctx.placements == target:
-            return grad, None
-        return relayout(grad, target), None
+            return grad, None, None
+        return relayout(grad, target), None, None
 
 
 # ---- graph functions (one call node each under torch.compile) ------------------------------
@@ -200,7 +205,7 @@ def _to_local(x, grad_placements):
 
 
 @_compat.allow_in_graph
-def _redistribute(x, ref, placements):
+def _redistribute(x, ref, placements, async_op=False):
     c = x._kit_ctx
     if ref is not None and ref != c.mesh:
         raise MeshError(
@@ -212,7 +217,7 @@ def _redistribute(x, ref, placements):
     )
     if pl == c.placements:
         return x
-    return _Redistribute.apply(x, pl)
+    return _Redistribute.apply(x, pl, bool(async_op))
 
 
 @_compat.allow_in_graph
@@ -254,9 +259,10 @@ def to_local(x, grad_placements=None) -> torch.Tensor:
     return _to_local(x, None if grad_placements is None else list(grad_placements))
 
 
-def redistribute(x, mesh=None, placements=None) -> ShardedTensor:
+def redistribute(x, mesh=None, placements=None, *, async_op: bool = False) -> ShardedTensor:
     """See :meth:`ShardedTensor.redistribute`."""
-    return _redistribute(x, None if mesh is None else mesh_ref(mesh), None if placements is None else list(placements))
+    return _redistribute(x, None if mesh is None else mesh_ref(mesh), None if placements is None else list(placements),
+                         async_op)
 
 
 def distribute(t: torch.Tensor, mesh, placements, *, src_data_rank: int | None = 0) -> ShardedTensor:

@@ -26,6 +26,7 @@ __all__ = ["MeshRef", "mesh_ref", "LOCAL_GROUP", "this_rank"]
 LOCAL_GROUP = "<local>"
 
 _MESHES: dict = {}
+_REFS: dict = {}  # id(DeviceMesh) -> (DeviceMesh, MeshRef)
 
 
 def this_rank() -> int:
@@ -93,6 +94,14 @@ class MeshRef:
         names = "" if self.dim_names is None else f", dim_names={self.dim_names}"
         return f"MeshRef({self.device_type!r}, shape={self.shape}, ranks={self.ranks}{names})"
 
+    def __fx_repr__(self):
+        # Evaluable source for FX codegen (a MeshRef is a compile-time constant).
+        return (
+            f"MeshRef({self.device_type!r}, {self.shape!r}, {self.ranks!r}, {self.dim_names!r}, "
+            f"{self.group_names!r})",
+            {"MeshRef": MeshRef},
+        )
+
     def device_mesh(self):
         """The torch ``DeviceMesh`` this describes (rebuilt from its process groups if needed).
 
@@ -129,6 +138,7 @@ class MeshRef:
             else:
                 m = DeviceMesh.from_group(groups, self.device_type, mesh, mesh_dim_names=self.dim_names)
         _MESHES[self] = m
+        _REFS[id(m)] = (m, self)
         return m
 
 
@@ -147,31 +157,56 @@ def _describe(mesh) -> MeshRef:
 
     if isinstance(mesh, MeshRef):
         return mesh
+    hit = _REFS.get(id(mesh))
+    if hit is not None and hit[0] is mesh:
+        return hit[1]
     if not isinstance(mesh, DeviceMesh):
         raise MeshError(
             f"expected a torch DeviceMesh (e.g. init_device_mesh('cpu', (world,))) or a MeshRef, "
             f"got {type(mesh).__name__} {mesh!r:.80}."
         )
-    full = mesh.mesh
+    from . import _compat
+
+    with _compat.real_tensors():  # the rank map is a real tensor, also while tracing
+        full = mesh.mesh
+        shape, ranks = tuple(int(s) for s in full.shape), tuple(int(r) for r in full.flatten().tolist())
     ref = MeshRef(
         device_type=mesh.device_type,
-        shape=tuple(int(s) for s in full.shape),
-        ranks=tuple(int(r) for r in full.flatten().tolist()),
+        shape=shape,
+        ranks=ranks,
         dim_names=tuple(mesh.mesh_dim_names) if mesh.mesh_dim_names else None,
         group_names=tuple(mesh.get_group(i).group_name for i in range(mesh.ndim)),
     )
     _MESHES.setdefault(ref, mesh)
+    _REFS[id(mesh)] = (mesh, ref)  # holds the mesh, so its id is never reused
     return ref
 
 
-@torch.compiler.assume_constant_result
 def mesh_ref(mesh) -> MeshRef:
     """The ``MeshRef`` of a DeviceMesh (a MeshRef is returned as is).
 
-    Under torch.compile this runs once while tracing and enters the graph as a constant.
+    Under torch.compile this runs on the real mesh while tracing and enters the graph as a
+    constant; the guard is torch's guard on the DeviceMesh, by value (a new but equal mesh
+    does not recompile).
 
     Example:
         >>> mesh_ref(MeshRef.local()) == MeshRef.local()
         True
     """
+    if isinstance(mesh, MeshRef):
+        return mesh
+    if torch.compiler.is_compiling():
+        from torch.distributed.device_mesh import DeviceMesh
+
+        if isinstance(mesh, DeviceMesh):
+            return mesh._subclass_kit_mesh_ref()  # a DeviceMesh member dynamo evaluates as a constant
     return _describe(mesh)
+
+
+def _register() -> None:
+    from . import _compat
+
+    _compat.register_mesh_member("_subclass_kit_mesh_ref", _describe)
+
+
+_register()

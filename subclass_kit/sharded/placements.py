@@ -58,6 +58,9 @@ class Shard(Placement):
     def __repr__(self) -> str:
         return f"Shard({self.dim})"
 
+    def __fx_repr__(self):
+        return f"Shard({self.dim})", {"Shard": Shard}
+
 
 @dataclass(frozen=True)
 class Replicate(Placement):
@@ -73,6 +76,9 @@ class Replicate(Placement):
 
     def __repr__(self) -> str:
         return "Replicate()"
+
+    def __fx_repr__(self):
+        return "Replicate()", {"Replicate": Replicate}
 
 
 @dataclass(frozen=True)
@@ -97,6 +103,9 @@ class Partial(Placement):
 
     def __repr__(self) -> str:
         return f"Partial({self.op!r})"
+
+    def __fx_repr__(self):
+        return f"Partial({self.op!r})", {"Partial": Partial}
 
 
 def _from_torch(p: Any) -> Placement | None:

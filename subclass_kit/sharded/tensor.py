@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from .. import _compat as _kit_compat
 from ..base import WrapperTensor
 from ..construct import construct, from_parts
 from ..ctx import _VALUES, SubclassCtx
@@ -120,8 +121,12 @@ class ShardedTensor(WrapperTensor):
 
         return to_local(self, grad_placements)
 
-    def redistribute(self, mesh=None, placements=None) -> "ShardedTensor":
+    def redistribute(self, mesh=None, placements=None, *, async_op: bool = False) -> "ShardedTensor":
         """The same global tensor with other placements (differentiable; collectives as needed).
+
+        ``async_op=True`` (eager, as DTensor's): return as soon as the collectives are
+        issued; the result's local is a pending ``AsyncCollectiveTensor`` that waits at first
+        use (under torch.compile the graph schedules the waits, and this changes nothing).
 
         Example:
             >>> import torch
@@ -132,7 +137,7 @@ class ShardedTensor(WrapperTensor):
         """
         from .convert import redistribute
 
-        return redistribute(self, mesh, placements)
+        return redistribute(self, mesh, placements, async_op=async_op)
 
     def full_tensor(self) -> torch.Tensor:
         """The whole global tensor on every rank, as a plain tensor (differentiable).
@@ -215,13 +220,46 @@ def _ctx(mesh, placements, coord, dtype) -> SubclassCtx:
     return c
 
 
+# The hot path: the same mesh, placements and coord objects come back op after op (they
+# are the inputs' and the cached plans'), so an identity-keyed lookup finds the interned
+# ctx without hashing the dataclasses. Each entry holds its objects, so their ids stay valid.
+_CTX_BY_ID: dict = {}
+
+
+def _ctx_fast(mesh, placements, coord, dtype) -> SubclassCtx:
+    hit = _CTX_BY_ID.get((id(mesh), id(placements), id(coord), dtype))
+    if hit is not None and hit[0] is mesh and hit[1] is placements and hit[2] is coord:
+        return hit[3]
+    c = _ctx(mesh, placements, coord, dtype)
+    if len(_CTX_BY_ID) > 4096:
+        _CTX_BY_ID.clear()
+    _CTX_BY_ID[(id(mesh), id(placements), id(coord), dtype)] = (mesh, placements, coord, c)
+    return c
+
+
+SIG = "_kit_sig"  # the instance's metadata signature, for the op caches (see ops._common)
+
+
 def wrap(local, mesh, placements, coord, shape, stride, dtype=None, offset=0, requires_grad=False) -> ShardedTensor:
     """Trusted construction (no checks): the dispatch and conversion paths use it."""
     dtype = local.dtype if dtype is None else dtype
-    return from_parts(
-        ShardedTensor, (local,), _ctx(mesh, placements, coord, dtype), shape, stride, offset, dtype,
-        local.device, requires_grad,
-    )
+    ctx = _ctx_fast(mesh, placements, coord, dtype)
+    if requires_grad or type(offset) is not int or offset != 0:
+        out = from_parts(ShardedTensor, (local,), ctx, shape, stride, offset, dtype, local.device, requires_grad)
+        d = out.__dict__
+    else:
+        # from_parts' common case, inlined: this runs once per op.
+        out = _make(ShardedTensor, shape, strides=stride, dtype=dtype, device=local.device)
+        d = out.__dict__
+        d["local"] = local
+        d["_kit_ctx"] = ctx
+    # ctx is interned (held by _CTXS for the process's life), so its id names it; the outer
+    # size and stride never change (in-place view ops are not supported on ShardedTensor).
+    d[SIG] = (id(ctx), shape if type(shape) is tuple else tuple(shape), stride if type(stride) is tuple else tuple(stride))
+    return out
+
+
+_make = _kit_compat.make_wrapper_subclass
 
 
 def relayout(x: ShardedTensor, placements: tuple) -> ShardedTensor:
@@ -243,3 +281,19 @@ def describe(x: ShardedTensor) -> str:
 
 # spec() relies on the meta values sitting in declaration order.
 assert ShardedTensor.__kit_spec__.meta_names == ("mesh", "placements", "coord")
+
+
+def _register_compile_constants() -> None:
+    from . import _compat
+
+    common = ("is_shard", "is_replicate", "is_partial", "__eq__", "__ne__", "__hash__", "__repr__")
+    _compat.register_compile_constants({
+        Shard: (*common, "dim"),
+        Replicate: common,
+        Partial: (*common, "op"),
+        MeshRef: ("__eq__", "__ne__", "__hash__", "__repr__", "device_type", "shape", "ranks", "dim_names",
+                  "group_names", "ndim", "size", "is_local", "coordinate", "device_mesh"),
+    })
+
+
+_register_compile_constants()

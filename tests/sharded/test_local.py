@@ -176,3 +176,25 @@ def test_placements_are_guarded_values_are_not():
         torch.testing.assert_close(out.full_tensor(), (d * 2).sum(0))
     # One graph per layout; returning to a seen layout (or new values) reuses its graph.
     assert cnt.frame_count == 3
+
+
+def test_bad_input_names_the_op_the_placements_and_the_fix():
+    from subclass_kit.sharded import MeshError, PlacementError
+
+    a = distribute(torch.ones(4, 2), MeshRef.local(), [Shard(0)])
+    other = MeshRef("cpu", (1,), (0,), ("tp",), ("<local>",))  # an equal-shaped mesh, another one
+    b = distribute(torch.ones(4, 2), other, [Replicate()])
+    for op, fn in (("aten.add.Tensor", lambda: a + b), ("aten.mm.default", lambda: a @ b.t()),
+                   ("aten.cat.default", lambda: torch.cat([a, b]))):
+        with pytest.raises(MeshError) as e:
+            fn()
+        msg = str(e.value)
+        assert op in msg and "(Shard(0),)" in msg and "(Replicate(),)" in msg and "same DeviceMesh" in msg
+    for what, fn in (
+        ("ShardedTensor.from_local", lambda: ShardedTensor.from_local(torch.ones(2), MeshRef.local(), [Shard(0), Replicate()])),
+        ("ShardedTensor.redistribute", lambda: a.redistribute(a.mesh, [Replicate(), Replicate()])),
+        ("distribute", lambda: distribute(torch.ones(2), MeshRef.local(), [])),
+    ):
+        with pytest.raises(PlacementError) as e:
+            fn()
+        assert what in str(e.value) and "exactly one placement per mesh dimension" in str(e.value)

@@ -16,13 +16,13 @@ import torch
 from ...dispatch import raise_unsupported
 from .. import _compat
 from ..errors import MeshError, UnsupportedOpError
-from ..placements import Replicate, Shard
+from ..placements import Replicate, Shard, render
 from ..redistribute import redistribute_local
-from ..tensor import ShardedTensor, describe, spec, wrap
+from ..tensor import SIG, ShardedTensor, describe, spec, wrap
 
 __all__ = [
     "TensorMeta", "spec_of", "global_meta", "planned", "move", "move_plain", "wrap_out",
-    "aligned", "unsupported", "fallback", "aten",
+    "aligned", "unsupported", "fallback", "aten", "GATHERED_VIEW", "check_writable",
 ]
 
 aten = torch.ops.aten
@@ -53,15 +53,17 @@ def _sharded_in(args, kwargs):
 
 def spec_of(func, args, kwargs):
     """``(mesh, coord)`` shared by every ShardedTensor argument (MeshError if they differ)."""
-    mesh = coord = None
+    mesh = coord = first = None
     for x in _sharded_in(args, kwargs):
-        m, _, c = spec(x)
+        m, pl, c = spec(x)
         if mesh is None:
-            mesh, coord = m, c
+            mesh, coord, first = m, c, pl
         elif m != mesh:
             raise MeshError(
-                f"{func}: ShardedTensor arguments live on different meshes ({mesh} and {m}); "
-                "redistribute them onto one mesh first."
+                f"ShardedTensor cannot run {func}: its arguments live on different meshes, "
+                f"{mesh} with placements {render(first)} and {m} with placements {render(pl)}. "
+                "Every operand of an op must be on one mesh: build them on the same DeviceMesh, "
+                "or bring one over with distribute(t.full_tensor(), mesh, placements)."
             )
     return mesh, coord
 
@@ -77,7 +79,7 @@ def _sig(a, numbers_by_type: bool):
     symbolic sizes: those are never cached)."""
     t = type(a)
     if t is ShardedTensor:
-        return (a._kit_ctx, a.shape, a.stride())
+        return a.__dict__.get(SIG) or (a._kit_ctx, a.shape, a.stride())
     if isinstance(a, torch.Tensor):
         return (t, a.shape, a.stride(), a.dtype, a.device)
     if t in _SEQ:
@@ -194,6 +196,22 @@ def aligned(x_shape, out_shape, out_pl: tuple) -> tuple:
         else:
             res.append(p)
     return tuple(res)
+
+
+# Set (to the view op) on a view whose sharded dim had to be gathered: its local is a copy,
+# so an in-place write into it would silently not reach the base. In-place ops check it.
+GATHERED_VIEW = "_kit_gathered_view"
+
+
+def check_writable(func, args, kwargs, x) -> None:
+    """Raise for an in-place write into a view that gathered its shard (not a real view)."""
+    view = x.__dict__.get(GATHERED_VIEW)
+    if view is not None:
+        unsupported(
+            func, args, kwargs,
+            f"the tensor written in place came from {view} along a sharded dim, which gathered "
+            "the shard into a copy, so the write would not reach the base tensor;",
+        )
 
 
 def unsupported(func, args, kwargs, why: str):

@@ -1,4 +1,4 @@
-"""Pointwise ops: every aten op tagged ``pointwise`` (in-place ones too), ``_to_copy``, ``copy_``, ``fill_``.
+"""Pointwise ops: every aten op tagged ``pointwise`` (in-place ones too), ``_to_copy``, ``clone``, ``copy_``, ``fill_``.
 
 Rule, per mesh dim:
 
@@ -22,7 +22,7 @@ from ... import aliasing
 from .. import _compat
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
-from ._common import TensorMeta, aligned, aten, global_meta, move, move_plain, planned, spec_of, unsupported, wrap_out
+from ._common import GATHERED_VIEW, TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, planned, spec_of, unsupported, wrap_out
 
 __all__ = ["pointwise", "rule_for"]
 
@@ -148,6 +148,8 @@ _planned = planned(_plan, numbers_by_type=True)
 def pointwise(func, types, args, kwargs):
     """Run a pointwise op on the local shards (see the module docstring for the rule)."""
     meta, out_pl, moves, written, mesh, coord = _planned(func, args, kwargs)
+    if written and GATHERED_VIEW in args[0].__dict__:
+        check_writable(func, args, kwargs, args[0])
     new_args = list(args)
     new_kwargs = dict(kwargs) if kwargs else kwargs
     for where, target in moves:
@@ -172,4 +174,6 @@ def rule_for(func):
     return None
 
 
-ShardedTensor.implements(aten._to_copy.default, aten.fill_.Scalar, aten.copy_.default)(pointwise)
+# clone too: the kit's built-in clone keeps the outer strides, but clone(memory_format=...)
+# (what contiguous() runs) must give the global strides the dense clone would have.
+ShardedTensor.implements(aten._to_copy.default, aten.fill_.Scalar, aten.copy_.default, aten.clone.default)(pointwise)

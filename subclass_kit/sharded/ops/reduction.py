@@ -18,7 +18,7 @@ import torch
 
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
-from ._common import aten, global_meta, move, move_plain, spec_of, wrap_out
+from ._common import aten, global_meta, move, move_plain, planned, spec_of, wrap_out
 
 __all__ = ["reduce", "softmax_like"]
 
@@ -47,6 +47,17 @@ def _dims_keepdim(func, x, args, kwargs):
 @ShardedTensor.implements(*_KIND)
 def reduce(func, types, args, kwargs):
     """Reduce the local shard; a reduced shard dim becomes a Partial of the same kind."""
+    meta, target, out_pl, mean_of_shard, mesh, coord = _reduce_plan(func, args, kwargs)
+    local = move(args[0], target)
+    if mean_of_shard is not None:
+        dims, keepdim, count = mean_of_shard
+        res = aten.sum.dim_IntList(local, dims, keepdim, dtype=kwargs.get("dtype")) / count
+    else:
+        res = func(local, *args[1:], **kwargs)
+    return wrap_out(res, meta, mesh, out_pl, coord)
+
+
+def _reduce_decide(func, args, kwargs):
     x = args[0]
     mesh, placements, coord = spec(x)
     kind = _KIND[func]
@@ -63,16 +74,16 @@ def reduce(func, types, args, kwargs):
                 out_pl.append(Shard(p.dim if keepdim else p.dim - sum(d < p.dim for d in dims)))
         else:
             out_pl.append(p)
-    local = move(x, tuple(target))
     meta = global_meta(func, args, kwargs)
-    is_mean = func in (aten.mean.default, aten.mean.dim)
-    if is_mean and any(type(p) is Shard and p.dim in dims for p in target):
-        count = math.prod(x.shape[d] for d in dims)
-        dtype = kwargs.get("dtype")
-        res = aten.sum.dim_IntList(local, dims, keepdim, dtype=dtype) / count
-    else:
-        res = func(local, *args[1:], **kwargs)
-    return wrap_out(res, meta, mesh, tuple(out_pl), coord)
+    mean_of_shard = None
+    if func in (aten.mean.default, aten.mean.dim) and any(type(p) is Shard and p.dim in dims for p in target):
+        # mean over a sharded dim: the local sum divided by the global count (exact for
+        # uneven shards), a Partial('sum') of the mean.
+        mean_of_shard = (dims, keepdim, math.prod(x.shape[d] for d in dims))
+    return meta, tuple(target), tuple(out_pl), mean_of_shard, mesh, coord
+
+
+_reduce_plan = planned(_reduce_decide)
 
 
 _SOFTMAX = {

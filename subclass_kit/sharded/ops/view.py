@@ -8,7 +8,7 @@
   that is merged or split is gathered first (its chunks would not be contiguous).
 - ``expand``: the shard follows its dim; a sharded size-1 dim being broadcast is gathered.
 - ``slice``/``select``/``split``/``split_with_sizes``/``unbind`` along an unsharded dim act
-  locally; along a sharded dim they gather it first.
+  locally; along a sharded dim they gather it first. ``diagonal`` gathers its two dims.
 - ``cat``/``stack``: in the first operand's layout; a shard on the concatenated dim is
   gathered first.
 
@@ -21,9 +21,9 @@ from ... import aliasing
 from ..layout import local_shape
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
-from ._common import TensorMeta, aten, global_meta, move, planned, wrap_out
+from ._common import GATHERED_VIEW, TensorMeta, aten, global_meta, move, planned, spec_of, wrap_out
 
-__all__ = ["permute_like", "reshape_like", "expand", "along_dim"]
+__all__ = ["permute_like", "reshape_like", "expand", "along_dim", "diagonal"]
 
 
 def _release(x, dims) -> tuple:
@@ -33,12 +33,19 @@ def _release(x, dims) -> tuple:
     return move(x, target), target
 
 
-def _finish(func, args, kwargs, local, meta, pl):
+def _finish(func, args, kwargs, local, meta, pl, gathered: bool = False):
+    """Wrap the view's local result; ``gathered``: the input's shard was gathered first, so
+    the result is a copy, not a view of the input's shard."""
     mesh, _, coord = spec(args[0])
     if type(meta) is not TensorMeta:
         out = type(local)(wrap_out(r, m, mesh, pl, coord) for r, m in zip(local, meta))
     else:
         out = wrap_out(local, meta, mesh, pl, coord)
+    base = args[0].__dict__.get(GATHERED_VIEW)
+    if gathered or base is not None:
+        # A write into it would not reach the base (see GATHERED_VIEW).
+        for o in (out if type(out) in (list, tuple) else (out,)):
+            o.__dict__[GATHERED_VIEW] = base or func
     return aliasing.correct_aliasing(func, args, kwargs, out)
 
 
@@ -71,10 +78,8 @@ _permute_plan = planned(_permute_decide)
 
 @ShardedTensor.implements(aten.unsqueeze.default)
 def unsqueeze(func, types, args, kwargs):
-    x, dim = args[0], args[1] % (args[0].dim() + 1)
-    meta = global_meta(func, args, kwargs)
-    pl = _shift(spec(x)[1], lambda d: d + (d >= dim))
-    return _finish(func, args, kwargs, func(x.local, dim), meta, pl)
+    meta, dim, pl = _unsqueeze_plan(func, args, kwargs)
+    return _finish(func, args, kwargs, func(args[0].local, dim), meta, pl)
 
 
 @ShardedTensor.implements(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
@@ -91,7 +96,7 @@ def squeeze(func, types, args, kwargs):
     local, pl = _release(x, set(gone))
     meta = global_meta(func, args, kwargs)
     pl = _shift(pl, lambda d: d - sum(g < d for g in gone))
-    return _finish(func, args, kwargs, aten.squeeze.dims(local, gone), meta, pl)
+    return _finish(func, args, kwargs, aten.squeeze.dims(local, gone), meta, pl, local is not x.local)
 
 
 def _view_target(in_shape, out_shape, d):
@@ -111,13 +116,15 @@ def reshape_like(func, types, args, kwargs):
     """A shard survives a view when its dim keeps its size and element offset."""
     meta, target, size, pl = _reshape_plan(func, args, kwargs)
     local = move(args[0], target)
+    copied = local is not args[0].local
     try:
         res = func(local, size)
     except RuntimeError:
         # The global view is valid but this shard's strides do not allow it (a chunk cut
         # out of a wider tensor): view a compact copy, as reshape would.
         res = func(local.contiguous(), size)
-    return _finish(func, args, kwargs, res, meta, pl)
+        copied = True
+    return _finish(func, args, kwargs, res, meta, pl, copied)
 
 
 def _reshape_decide(func, args, kwargs):
@@ -157,7 +164,7 @@ def expand(func, types, args, kwargs):
         if type(p) is Shard:
             size[p.dim + lead] = local.size(p.dim)
     pl = _shift(pl, lambda d: d + lead)
-    return _finish(func, args, kwargs, func(local, size, *args[2:], **kwargs), meta, pl)
+    return _finish(func, args, kwargs, func(local, size, *args[2:], **kwargs), meta, pl, local is not x.local)
 
 
 _DIM_ARG = {
@@ -173,15 +180,45 @@ _DROPS_DIM = {aten.select.int, aten.unbind.int}
 @ShardedTensor.implements(*_DIM_ARG)
 def along_dim(func, types, args, kwargs):
     """Indexing along one dim: local when it is not sharded, else after gathering it."""
+    meta, target, pl = _along_plan(func, args, kwargs)
+    local = move(args[0], target)
+    return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, pl, local is not args[0].local)
+
+
+def _along_decide(func, args, kwargs):
     x = args[0]
     i = _DIM_ARG[func]
     dim = args[i] if len(args) > i else kwargs.get("dim", 0)
     dim = dim % x.dim()
-    local, pl = _release(x, {dim})
+    cur = spec(x)[1]
+    target = tuple(Replicate() if type(p) is Shard and p.dim == dim else p for p in cur)
+    pl = _shift(target, lambda d: d - (d > dim)) if func in _DROPS_DIM else target
+    return global_meta(func, args, kwargs), target, pl
+
+
+_along_plan = planned(_along_decide)
+
+
+def _unsqueeze_decide(func, args, kwargs):
+    x, dim = args[0], args[1] % (args[0].dim() + 1)
+    return global_meta(func, args, kwargs), dim, _shift(spec(x)[1], lambda d: d + (d >= dim))
+
+
+_unsqueeze_plan = planned(_unsqueeze_decide)
+
+
+@ShardedTensor.implements(aten.diagonal.default)
+def diagonal(func, types, args, kwargs):
+    """The two diagonal dims are gathered; the other shards move to their place among the
+    kept dims (the diagonal becomes the last dim)."""
+    x = args[0]
+    nd = x.dim()
+    d1 = (args[2] if len(args) > 2 else kwargs.get("dim1", 0)) % nd
+    d2 = (args[3] if len(args) > 3 else kwargs.get("dim2", 1)) % nd
+    local, pl = _release(x, {d1, d2})
+    kept = [d for d in range(nd) if d not in (d1, d2)]
     meta = global_meta(func, args, kwargs)
-    if func in _DROPS_DIM:
-        pl = _shift(pl, lambda d: d - (d > dim))
-    return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, pl)
+    return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, _shift(pl, kept.index), local is not x.local)
 
 
 def _as_view_ops(shape, xstride, xoff, size, stride, off):
@@ -242,6 +279,31 @@ def _as_view_ops(shape, xstride, xoff, size, stride, off):
     return ops
 
 
+def _as_diagonal(shape, xstride, xoff, size, stride, off):
+    """``(offset, dim1, dim2)`` when ``as_strided(x, size, stride, off)`` is a diagonal of
+    ``x`` (ints only), else None."""
+    if not all(type(v) is int for v in (*shape, *xstride, xoff, *size, *stride, off)):
+        return None
+    import torch
+
+    base = torch.empty_strided(shape, xstride, device="meta")
+    nd = len(shape)
+    for d1 in range(nd):
+        for d2 in range(nd):
+            if d1 == d2:
+                continue
+            delta = off - xoff  # a diagonal at offset o >= 0 starts at [0, o], o < 0 at [-o, 0]
+            cands = {delta // xstride[d2] if xstride[d2] and delta % xstride[d2] == 0 else 0,
+                     -(delta // xstride[d1]) if xstride[d1] and delta % xstride[d1] == 0 else 0}
+            for o in cands:
+                if not -shape[d1] < o < shape[d2]:
+                    continue
+                v = base.diagonal(o, d1, d2)
+                if tuple(v.shape) == size and tuple(v.stride()) == stride and xoff + v.storage_offset() == off:
+                    return o, d1, d2
+    return None
+
+
 @ShardedTensor.implements(aten.as_strided.default)
 def as_strided(func, types, args, kwargs):
     """The as_strided calls AOTAutograd makes to regenerate a compiled output that is a view
@@ -253,6 +315,10 @@ def as_strided(func, types, args, kwargs):
     if size == tuple(x.shape) and stride == tuple(x.stride()) and offset == x.storage_offset():
         return aten.alias.default(x)
     ops = _as_view_ops(tuple(x.shape), tuple(x.stride()), x.storage_offset(), size, stride, offset)
+    if ops is None:
+        diag = _as_diagonal(tuple(x.shape), tuple(x.stride()), x.storage_offset(), size, stride, offset)
+        if diag is not None:
+            return aten.diagonal.default(x, *diag)
     out = x
     for op in ops or ():
         if op[0] == "slice":
@@ -274,6 +340,7 @@ def _cat_decide(func, args, kwargs):
     tensors = args[0]
     dim = args[1] if len(args) > 1 else kwargs.get("dim", 0)
     first = next(t for t in tensors if type(t) is ShardedTensor)
+    spec_of(func, args, kwargs)  # one mesh for every operand (MeshError otherwise)
     mesh, cur, coord = spec(first)
     nd = first.dim() + (func is aten.stack.default)
     dim = dim % nd
