@@ -162,6 +162,34 @@ def _local_lookup(module, ids, ref, p, coord):
     return from_local(out, ref, [Shard(out.dim() - 1)], shape=(*ids.shape, w.shape[1]))
 
 
+def _embedding_forward(self, ids):
+    ref, placement, coord, kind, name = self._kit_tp
+    if isinstance(ids, ShardedTensor):
+        if not is_compiling() and ids._kit_ctx.mesh != ref:
+            raise ParallelizeError(
+                f"{kind} on {name!r}: the token ids live on {ids._kit_ctx.mesh} but the module was "
+                f"parallelized over {ref}; use one mesh."
+            )
+        ids = to_local(redistribute(ids, ref, [Replicate()]))
+    return _local_lookup(self, ids, ref, placement, coord)
+
+
+class ShardedEmbedding(nn.Embedding):
+    """An ``nn.Embedding`` parallelized by ``ColwiseParallel``/``RowwiseParallel``: its forward
+    looks up this rank's shard of the weight (the style swaps the module's class)."""
+
+    forward = _embedding_forward
+
+
+_EMBEDDING_CLASSES: dict = {nn.Embedding: ShardedEmbedding}
+
+
+def _sharded_embedding_class(cls):
+    if cls not in _EMBEDDING_CLASSES:
+        _EMBEDDING_CLASSES[cls] = type(f"Sharded{cls.__name__}", (cls,), {"forward": _embedding_forward})
+    return _EMBEDDING_CLASSES[cls]
+
+
 # ---- styles -----------------------------------------------------------------------------
 class ParallelStyle:
     """Base of the styles: ``apply(module, mesh, name)`` shards parameters and installs hooks."""
@@ -232,17 +260,8 @@ class _LinearOrEmbedding(ParallelStyle):
 
             module.register_forward_pre_hook(pre_hook)
         else:
-            def forward(ids, _mod=module):
-                if isinstance(ids, ShardedTensor):
-                    if not is_compiling() and ids._kit_ctx.mesh != ref:
-                        raise ParallelizeError(
-                            f"{kind} on {name!r}: the token ids live on {ids._kit_ctx.mesh} but the "
-                            f"module was parallelized over {ref}; use one mesh."
-                        )
-                    ids = to_local(redistribute(ids, ref, [Replicate()]))
-                return _local_lookup(_mod, ids, ref, weight, coord)
-
-            module.forward = forward  # an instance attribute: nn.Module.__call__ runs it
+            module._kit_tp = (ref, weight, coord, kind, name)
+            module.__class__ = _sharded_embedding_class(type(module))
 
         def post_hook(mod, args, out):
             return _finish(out, ref, out_layout, use_local, kind, name)
