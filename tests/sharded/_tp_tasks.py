@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import pathlib
+import sys
 
 import torch
 import torch.distributed as dist
@@ -41,6 +42,7 @@ def example():
     """examples/tp_llama.py as a module (examples/ is not a package)."""
     spec = importlib.util.spec_from_file_location("tp_llama_example", _EXAMPLE)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
