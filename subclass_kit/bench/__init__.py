@@ -18,7 +18,7 @@ import torch
 __all__ = ["SUITES", "main", "markdown_table", "side_by_side"]
 
 # Suites that may not exist yet (they arrive with their features) are skipped, not failed.
-SUITES = ("dispatch_bench", "guards_bench", "collectives_bench")
+SUITES = ("dispatch_bench", "guards_bench", "collectives_bench", "tp_bench")
 
 
 def side_by_side(fns: dict, *, number: int, repeat: int) -> dict:
