@@ -232,12 +232,12 @@ def errors() -> dict:
 
 
 # ---- the flagship ---------------------------------------------------------------------------
-def flagship(backend: str, seqlens: list, steps: int = 5) -> dict:
+def flagship(backend: str, seqlens: list, steps: int = 5, layers: int = 2) -> dict:
     """examples/tp_llama.py small: per-step losses vs the dense model over AdamW steps,
     per-block compile counts over the sequence lengths, and block 0's forward graph."""
     ex = example()
     mesh = _mesh()
-    args = ex.ModelArgs()
+    args = ex.ModelArgs(n_layers=layers)
     dense = ex.build(args)
     tp = ex.apply_tp(copy.deepcopy(dense), mesh)
     rec = _Record() if backend == "record" else None
