@@ -367,7 +367,7 @@ class SequenceParallel(ParallelStyle):
             if not args:
                 raise ParallelizeError(f"{kind} on {name!r}: pass the input positionally (the hook converts args[0]).")
             x = args[0]
-            if isinstance(x, torch.Tensor) and x.dim() <= self.sequence_dim % max(x.dim(), 1) and not isinstance(x, ShardedTensor):
+            if isinstance(x, torch.Tensor) and not -x.dim() <= self.sequence_dim < x.dim():
                 raise ParallelizeError(
                     f"{kind}(sequence_dim={self.sequence_dim}) on {name!r}: the input has shape "
                     f"{tuple(x.shape)}, with no dim {self.sequence_dim}; set sequence_dim to the dim "

@@ -139,3 +139,8 @@ def test_flagship_runs_under_torchrun_as_documented():
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=_REPO)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "max |loss - dense|" in p.stdout and "over 3 AdamW steps" in p.stdout
+
+
+def test_sequence_parallel_on_an_input_without_the_sequence_dim():
+    norm = parallelize(nn.RMSNorm(4), MeshRef.local(), SequenceParallel())
+    _raises(lambda: norm(torch.randn(4)), "SequenceParallel(sequence_dim=1) on 'RMSNorm'", "no dim 1", "set sequence_dim")
