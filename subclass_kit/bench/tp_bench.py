@@ -69,7 +69,8 @@ def _dtensor_tp(ex, model, mesh):
 def _wait_output(module, args, out):
     from torch.distributed._functional_collectives import AsyncCollectiveTensor
 
-    return out.wait() if isinstance(out, AsyncCollectiveTensor) else out
+    # clone() waits (a data use) and, unlike .wait(), stays on the autograd graph.
+    return out.clone() if isinstance(out, AsyncCollectiveTensor) else out
 
 
 def _train(ex, model, impl: str, steps: int, seqlen: int) -> tuple[list, list]:
@@ -88,7 +89,7 @@ def _train(ex, model, impl: str, steps: int, seqlen: int) -> tuple[list, list]:
             loss = ex.cross_entropy_loss(model(inputs), labels)
             loss.backward()
         opt.step()
-        losses.append(float(loss.full_tensor() if hasattr(loss, "full_tensor") else loss))
+        losses.append(float((loss.full_tensor() if hasattr(loss, "full_tensor") else loss).detach()))
         times.append(time.perf_counter() - t0)
     return losses, times
 
