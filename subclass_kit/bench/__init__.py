@@ -39,6 +39,7 @@ SUITES = (
     "dispatch_bench",
     "guards_bench",
     "collectives_bench",
+    "tp_bench",
 )
 
 #: Who an implementation belongs to; decides its colour and legend entry in the chart.

@@ -22,10 +22,14 @@ from .errors import (
     UnsupportedOpError as UnsupportedOpError,
 )
 from .mesh import MeshRef as MeshRef, mesh_ref as mesh_ref
+from .loss import loss_parallel as loss_parallel, vocab_parallel_cross_entropy as vocab_parallel_cross_entropy
 from .parallel import (
     ColwiseParallel as ColwiseParallel,
     ParallelStyle as ParallelStyle,
+    PrepareModuleInput as PrepareModuleInput,
+    PrepareModuleOutput as PrepareModuleOutput,
     RowwiseParallel as RowwiseParallel,
+    SequenceParallel as SequenceParallel,
     parallelize as parallelize,
 )
 from .placements import Partial as Partial, Placement as Placement, Replicate as Replicate, Shard as Shard
@@ -41,6 +45,11 @@ __all__ = [
     "parallelize",
     "ColwiseParallel",
     "RowwiseParallel",
+    "SequenceParallel",
+    "PrepareModuleInput",
+    "PrepareModuleOutput",
+    "loss_parallel",
+    "vocab_parallel_cross_entropy",
     "ParallelStyle",
     "MeshRef",
     "mesh_ref",

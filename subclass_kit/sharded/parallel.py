@@ -1,96 +1,283 @@
-"""Tensor parallelism for ``nn.Linear`` layers: ``parallelize``, ``ColwiseParallel``,
-``RowwiseParallel`` (torch's ``parallelize_module`` styles, on ShardedTensor).
+"""Tensor parallelism with torch's ``torch.distributed.tensor.parallel`` names and semantics:
+``parallelize`` (``parallelize_module``), ``ColwiseParallel``, ``RowwiseParallel``,
+``SequenceParallel``, ``PrepareModuleInput``, ``PrepareModuleOutput``.
 
-A Colwise layer holds the rows of its weight (output features) and bias; fed a replicated
-input it produces its slice of the output features. A Rowwise layer holds the columns of
-its weight (input features); fed that slice it produces a Partial sum, reduced to the
-replicated output. Colwise then Rowwise is the Megatron MLP: one all-reduce forward, one in
-backward, and plain tensors in and out (``use_local_output=True``).
+- ``ColwiseParallel`` on ``nn.Linear`` holds the rows of its weight (output features) and
+  bias; fed a replicated input it produces its slice of the output features. On
+  ``nn.Embedding`` it holds a slice of the embedding dim (weight ``Shard(1)``).
+- ``RowwiseParallel`` on ``nn.Linear`` holds the columns of its weight (input features); fed
+  that slice it produces a Partial sum, reduced to ``output_layouts`` (``Replicate()``: one
+  all-reduce; ``Shard(d)``: one reduce-scatter). On ``nn.Embedding`` it is the
+  vocab-parallel embedding: weight ``Shard(0)``, each rank looks up the tokens of its vocab
+  range (zeros elsewhere), a Partial sum reduced the same way.
+- ``SequenceParallel`` replicates a module's parameters (norm layers) and runs it on an input
+  sharded on the sequence dim.
+- ``PrepareModuleInput``/``PrepareModuleOutput`` only convert layouts at a module's
+  boundary (e.g. all-gather the sequence before attention).
+
+Placements may be given as one placement or a one-element sequence (the mesh is 1-D), and
+torch's own ``Shard``/``Replicate`` are accepted. Colwise then Rowwise is the Megatron MLP:
+one all-reduce forward, one in backward, and plain tensors in and out
+(``use_local_output=True``).
 """
 
 from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
+from .. import collectives as _coll
+from ..compiling import is_compiling
 from .convert import distribute, from_local, redistribute, to_local
-from .errors import ParallelizeError
+from .errors import MeshError, ParallelizeError
+from .layout import chunk_size, chunk_start
 from .mesh import mesh_ref
-from .placements import Placement, Replicate, Shard
+from .placements import Partial, Placement, Replicate, Shard, _from_torch, render
 from .tensor import ShardedTensor
 
-__all__ = ["ParallelStyle", "ColwiseParallel", "RowwiseParallel", "parallelize"]
+__all__ = [
+    "ParallelStyle", "ColwiseParallel", "RowwiseParallel", "SequenceParallel",
+    "PrepareModuleInput", "PrepareModuleOutput", "parallelize",
+]
 
 
+# ---- helpers ----------------------------------------------------------------------------
+def _one(value, kind: str, field: str, name: str):
+    """A single placement from ``value`` (a placement or a one-element sequence), or None."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise ParallelizeError(
+                f"{kind}({field}={render(list(value))}) on {name!r}: {len(value)} placements for a "
+                f"1-D mesh; tensor parallelism shards over one mesh dimension, so pass exactly one "
+                f"placement, e.g. {field}=Shard(1)."
+            )
+        value = value[0]
+    if not isinstance(value, Placement):
+        got, value = value, _from_torch(value)
+        if value is None:
+            raise ParallelizeError(
+                f"{kind}({field}=...) on {name!r}: {got!r} is not a placement; use Shard(dim), "
+                "Replicate() or Partial() (subclass_kit.sharded or torch.distributed.tensor)."
+            )
+    return value
+
+
+def _dim(p: Placement, ndim: int) -> Placement:
+    """``p`` with a negative Shard dim resolved against a tensor of ``ndim`` dims."""
+    return Shard(p.dim % ndim) if type(p) is Shard and p.dim < 0 else p
+
+
+def _check_mesh(mesh, kind: str, name: str):
+    try:
+        ref = mesh_ref(mesh)
+    except MeshError as e:
+        raise ParallelizeError(f"{kind} on {name!r}: {e}") from None
+    if ref.ndim != 1:
+        raise ParallelizeError(
+            f"{kind} on {name!r} shards over a 1-D mesh, got a {ref.ndim}-D mesh {ref}; pass one "
+            "mesh dimension (e.g. mesh['tp'])."
+        )
+    return ref
+
+
+def _to_sharded(x, ref, layout: Placement, desired: Placement, kind: str, name: str, what: str, global_shape=None):
+    """``x`` (plain: this rank's part under ``layout``; or a ShardedTensor) as a ShardedTensor
+    laid out ``desired``."""
+    if isinstance(x, ShardedTensor):
+        # Checked eagerly; under torch.compile the metadata is not read here (redistribute
+        # itself refuses another mesh).
+        if not is_compiling() and x._kit_ctx.mesh != ref:
+            raise ParallelizeError(
+                f"{kind} on {name!r}: {what} lives on {x._kit_ctx.mesh} but the module was "
+                f"parallelized over {ref}; parallelize every module of the model over one mesh, "
+                "or redistribute the input onto it first."
+            )
+        return redistribute(x, ref, [_dim(desired, x.dim())])
+    if not isinstance(x, torch.Tensor):
+        raise ParallelizeError(
+            f"{kind} on {name!r}: {what} is a {type(x).__name__}, not a tensor, but a layout "
+            f"{layout!r} was given for it; put None at that position of the layouts."
+        )
+    layout = _dim(layout, x.dim())
+    if type(layout) is Shard and layout.dim >= x.dim():
+        raise ParallelizeError(
+            f"{kind} on {name!r}: {what} has {x.dim()} dims (shape {tuple(x.shape)}) but its layout "
+            f"is {layout!r}; give the dim the input is sharded on."
+        )
+    s = from_local(x, ref, [layout], shape=global_shape)
+    return redistribute(s, ref, [_dim(desired, x.dim())]) if layout != _dim(desired, x.dim()) else s
+
+
+def _finish(out, ref, layout: Placement, use_local: bool, kind: str, name: str):
+    if not isinstance(out, ShardedTensor):
+        raise ParallelizeError(
+            f"{kind} on {name!r}: the module returned a {type(out).__name__}, not a ShardedTensor, "
+            "so its output layout cannot be set; apply the style to the module whose output is "
+            "computed from the sharded parameters."
+        )
+    layout = _dim(layout, out.dim())
+    if (
+        use_local and type(layout) is Shard and not is_compiling() and ref.size() > 1
+        and out._kit_ctx.placements[0] == Partial("sum") and out.shape[layout.dim] % ref.size() == 0
+    ):
+        # Partial -> Shard handed out as a local: issue the reduce-scatter and return it
+        # pending (an AsyncCollectiveTensor), so the wait happens at the first use -- at the
+        # start of the next compiled region, as with DTensor's async redistribute.
+        local = to_local(out, [Replicate()])
+        return _coll.reduce_scatter_tensor_autograd(local, "sum", layout.dim, ref.group_names[0])
+    out = redistribute(out, ref, [layout])
+    return to_local(out) if use_local else out
+
+
+def _local_lookup(module, ids, ref, p, coord):
+    """Embedding forward on this rank's shard of the weight (placed ``p`` on mesh ``ref`` at
+    ``coord``, constants from parallelize time); the ShardedTensor result."""
+    w = module.weight
+    local_w = to_local(w)
+    if type(p) is Shard and p.dim == 0:
+        # Vocab-parallel: this rank holds rows [start, start + n); other tokens give zeros,
+        # and the sum over ranks (a Partial) is the full lookup.
+        n_vocab = w.shape[0]
+        start = chunk_start(n_vocab, ref.size(), coord[0])
+        n = chunk_size(n_vocab, ref.size(), coord[0])
+        shifted = ids - start
+        outside = (shifted < 0) | (shifted >= n)
+        pad = module.padding_idx
+        pad = pad - start if pad is not None and 0 <= pad - start < n else None
+        out = torch.nn.functional.embedding(
+            shifted.masked_fill(outside, 0), local_w, pad, module.max_norm, module.norm_type,
+            module.scale_grad_by_freq, module.sparse,
+        )
+        out = out.masked_fill(outside.unsqueeze(-1), 0.0)
+        return from_local(out, ref, [Partial()], shape=(*ids.shape, w.shape[1]))
+    out = torch.nn.functional.embedding(
+        ids, local_w, module.padding_idx, module.max_norm, module.norm_type, module.scale_grad_by_freq, module.sparse
+    )
+    return from_local(out, ref, [Shard(out.dim() - 1)], shape=(*ids.shape, w.shape[1]))
+
+
+def _embedding_forward(self, ids):
+    ref, placement, coord, kind, name = self._kit_tp
+    if isinstance(ids, ShardedTensor):
+        if not is_compiling() and ids._kit_ctx.mesh != ref:
+            raise ParallelizeError(
+                f"{kind} on {name!r}: the token ids live on {ids._kit_ctx.mesh} but the module was "
+                f"parallelized over {ref}; use one mesh."
+            )
+        ids = to_local(redistribute(ids, ref, [Replicate()]))
+    return _local_lookup(self, ids, ref, placement, coord)
+
+
+class ShardedEmbedding(nn.Embedding):
+    """An ``nn.Embedding`` parallelized by ``ColwiseParallel``/``RowwiseParallel``: its forward
+    looks up this rank's shard of the weight (the style swaps the module's class)."""
+
+    forward = _embedding_forward
+
+
+_EMBEDDING_CLASSES: dict = {nn.Embedding: ShardedEmbedding}
+
+
+def _sharded_embedding_class(cls):
+    if cls not in _EMBEDDING_CLASSES:
+        _EMBEDDING_CLASSES[cls] = type(f"Sharded{cls.__name__}", (cls,), {"forward": _embedding_forward})
+    return _EMBEDDING_CLASSES[cls]
+
+
+# ---- styles -----------------------------------------------------------------------------
 class ParallelStyle:
-    """Base of the styles: ``apply(module, mesh)`` shards the parameters and installs hooks."""
+    """Base of the styles: ``apply(module, mesh, name)`` shards parameters and installs hooks."""
 
-    weight: Placement
-    bias: Placement
-    default_input: Placement
-    default_output: Placement
+    def apply(self, module: nn.Module, mesh, name: str = "module") -> nn.Module:  # pragma: no cover
+        raise NotImplementedError
+
+
+class _LinearOrEmbedding(ParallelStyle):
+    # Filled by the subclasses: placements of weight/bias per module kind, default layouts.
+    _linear: tuple
+    _embedding: tuple
+    _default_in: dict
+    _default_out: Placement
 
     def apply(self, module: nn.Module, mesh, name: str = "module") -> nn.Module:
         kind = type(self).__name__
-        if not isinstance(module, nn.Linear):
+        if isinstance(module, nn.Linear):
+            what = "linear"
+            weight, bias = self._linear
+        elif isinstance(module, nn.Embedding):
+            what = "embedding"
+            weight, bias = self._embedding, None
+        else:
             raise ParallelizeError(
-                f"{kind} applies to nn.Linear, but {name!r} is a {type(module).__name__}. Map "
-                "only the Linear submodules in the plan."
+                f"{kind} applies to nn.Linear and nn.Embedding, but {name!r} is a "
+                f"{type(module).__name__}. Map only the Linear/Embedding submodules in the plan "
+                "(e.g. 'attention.wq', not 'attention'); use PrepareModuleInput/PrepareModuleOutput "
+                "or SequenceParallel for other modules."
             )
-        ref = mesh_ref(mesh)
-        if ref.ndim != 1:
+        ref = _check_mesh(mesh, kind, name)
+        in_layout = _one(self.input_layouts, kind, "input_layouts", name) or self._default_in[what]
+        out_layout = _one(self.output_layouts, kind, "output_layouts", name) or self._default_out
+        desired_in = self._default_in[what]
+        if what == "embedding" and type(in_layout) is not Replicate:
             raise ParallelizeError(
-                f"{kind} shards over a 1-D mesh, got a {ref.ndim}-D mesh {ref}; pass one mesh "
-                "dimension (e.g. mesh['tp'])."
+                f"{kind} on embedding {name!r}: input_layouts={in_layout!r}, but an embedding takes "
+                "token ids replicated on every rank; use input_layouts=Replicate() (the default)."
             )
-        for pname, place in (("weight", self.weight), ("bias", self.bias)):
-            p = getattr(module, pname)
-            if p is None:
+        for pname, place in (("weight", weight), ("bias", bias)):
+            p = getattr(module, pname, None)
+            if p is None or place is None:
                 continue
-            sharded = distribute(p.detach(), mesh, [place])
-            module.register_parameter(pname, nn.Parameter(sharded, requires_grad=p.requires_grad))
-        in_layout = self.input_layouts or self.default_input
-        out_layout = self.output_layouts or self.default_output
-        want_in = self.default_input
-        use_local = self.use_local_output
-
-        def pre_hook(mod, args):
-            if not args:
+            if isinstance(p, ShardedTensor):
                 raise ParallelizeError(
-                    f"{kind} on {name!r}: pass the input positionally (the hook converts args[0])."
+                    f"{kind} on {name!r}: its {pname} is already a ShardedTensor "
+                    f"{render(p.placements)}; each module takes one style. Remove the duplicate "
+                    "plan entry."
                 )
-            x = args[0]
-            if isinstance(x, ShardedTensor):
-                x = redistribute(x, ref, [want_in])
-            else:
-                # An input sharded on its features has the layer's in_features globally; say so,
-                # so uneven shards (features not divisible by the ranks) are read right.
+            sharded = distribute(p.detach(), ref, [place])
+            module.register_parameter(pname, nn.Parameter(sharded, requires_grad=p.requires_grad))
+        use_local = self.use_local_output
+        coord = ref.coordinate()
+
+        if what == "linear":
+            in_features = module.in_features
+
+            def pre_hook(mod, args):
+                if not args:
+                    raise ParallelizeError(f"{kind} on {name!r}: pass the input positionally (the hook converts args[0]).")
+                x = args[0]
                 shape = None
-                if type(in_layout) is Shard and in_layout.dim in (-1, x.dim() - 1):
-                    shape = (*x.shape[:-1], mod.in_features)
-                x = from_local(x, ref, [in_layout], shape=shape)
-                if in_layout != want_in:
-                    x = redistribute(x, ref, [want_in])
-            return (x, *args[1:])
+                if not isinstance(x, ShardedTensor) and type(in_layout) is Shard and in_layout.dim in (-1, x.dim() - 1):
+                    # An input sharded on its features has in_features globally; say so, so
+                    # uneven shards (features not divisible by the ranks) are read right.
+                    shape = (*x.shape[:-1], in_features)
+                return (_to_sharded(x, ref, in_layout, desired_in, kind, name, "the input", shape), *args[1:])
+
+            module.register_forward_pre_hook(pre_hook)
+        else:
+            module._kit_tp = (ref, weight, coord, kind, name)
+            module.__class__ = _sharded_embedding_class(type(module))
 
         def post_hook(mod, args, out):
-            out = redistribute(out, ref, [out_layout])
-            return to_local(out) if use_local else out
+            return _finish(out, ref, out_layout, use_local, kind, name)
 
-        module.register_forward_pre_hook(pre_hook)
         module.register_forward_hook(post_hook)
         return module
 
 
 @dataclass(frozen=True, kw_only=True)
-class ColwiseParallel(ParallelStyle):
-    """Shard an ``nn.Linear`` by output features: weight ``Shard(0)``, bias ``Shard(0)``.
+class ColwiseParallel(_LinearOrEmbedding):
+    """Shard ``nn.Linear`` by output features (weight and bias ``Shard(0)``), or
+    ``nn.Embedding`` by the embedding dim (weight ``Shard(1)``).
 
     Args:
-        input_layouts: how the input arrives (default ``Replicate()``).
+        input_layouts: how the input arrives (default ``Replicate()``); e.g. ``Shard(1)`` for a
+            sequence-sharded activation, gathered before the matmul.
         output_layouts: the output's placement (default ``Shard(-1)``: this rank's features).
         use_local_output: return the local tensor (default) instead of a ShardedTensor.
 
@@ -100,23 +287,28 @@ class ColwiseParallel(ParallelStyle):
         ColwiseParallel(input_layouts=None, output_layouts=None, use_local_output=True)
     """
 
-    input_layouts: Placement | None = None
-    output_layouts: Placement | None = None
+    input_layouts: Any = None
+    output_layouts: Any = None
     use_local_output: bool = True
 
-    weight = Shard(0)
-    bias = Shard(0)
-    default_input = Replicate()
-    default_output = Shard(-1)
+    _linear = (Shard(0), Shard(0))
+    _embedding = Shard(1)
+    _default_in = {"linear": Replicate(), "embedding": Replicate()}
+    _default_out = Shard(-1)
 
 
 @dataclass(frozen=True, kw_only=True)
-class RowwiseParallel(ParallelStyle):
-    """Shard an ``nn.Linear`` by input features: weight ``Shard(1)``, bias ``Replicate()``.
+class RowwiseParallel(_LinearOrEmbedding):
+    """Shard ``nn.Linear`` by input features (weight ``Shard(1)``, bias ``Replicate()``), or
+    ``nn.Embedding`` by vocabulary (weight ``Shard(0)``: the vocab-parallel embedding).
+
+    The output is a Partial sum, reduced to ``output_layouts``.
 
     Args:
-        input_layouts: how the input arrives (default ``Shard(-1)``: a Colwise output).
-        output_layouts: the output's placement (default ``Replicate()``: one all-reduce).
+        input_layouts: how the input arrives (default ``Shard(-1)`` for Linear: a Colwise
+            output; ``Replicate()`` for Embedding: the token ids).
+        output_layouts: the output's placement (default ``Replicate()``: one all-reduce;
+            ``Shard(1)``: one reduce-scatter onto the sequence dim).
         use_local_output: return the local tensor (default) instead of a ShardedTensor.
 
     Example:
@@ -125,16 +317,202 @@ class RowwiseParallel(ParallelStyle):
         False
     """
 
-    input_layouts: Placement | None = None
-    output_layouts: Placement | None = None
+    input_layouts: Any = None
+    output_layouts: Any = None
     use_local_output: bool = True
 
-    weight = Shard(1)
-    bias = Replicate()
-    default_input = Shard(-1)
-    default_output = Replicate()
+    _linear = (Shard(1), Replicate())
+    _embedding = Shard(0)
+    _default_in = {"linear": Shard(-1), "embedding": Replicate()}
+    _default_out = Replicate()
 
 
+@dataclass(frozen=True, kw_only=True)
+class SequenceParallel(ParallelStyle):
+    """Run a module (a norm layer) on an activation sharded on the sequence dim, with its
+    parameters replicated.
+
+    Args:
+        sequence_dim: the sharded dim of the input and output (default 1: ``(batch, seq, ...)``).
+        use_local_output: return the local tensor instead of a ShardedTensor (default False).
+
+    A plain input is taken as this rank's part of the sequence; a ShardedTensor input is
+    redistributed to ``Shard(sequence_dim)``. The parameters' gradients arrive
+    ``Partial('sum')`` (each rank's part of the sequence contributes); ``full_tensor()`` or
+    an optimizer step reduces them.
+
+    Example:
+        >>> from subclass_kit.sharded import SequenceParallel
+        >>> SequenceParallel().sequence_dim
+        1
+    """
+
+    sequence_dim: int = 1
+    use_local_output: bool = False
+
+    def apply(self, module: nn.Module, mesh, name: str = "module") -> nn.Module:
+        kind = type(self).__name__
+        ref = _check_mesh(mesh, kind, name)
+        for pname, p in list(module.named_parameters(recurse=False)):
+            if isinstance(p, ShardedTensor):
+                raise ParallelizeError(
+                    f"{kind} on {name!r}: its parameter {pname} is already a ShardedTensor "
+                    f"{render(p.placements)}; each module takes one style. Remove the duplicate plan entry."
+                )
+            module.register_parameter(pname, nn.Parameter(distribute(p.detach(), ref, [Replicate()]), requires_grad=p.requires_grad))
+        seq = Shard(self.sequence_dim)
+        use_local = self.use_local_output
+
+        def pre_hook(mod, args):
+            if not args:
+                raise ParallelizeError(f"{kind} on {name!r}: pass the input positionally (the hook converts args[0]).")
+            x = args[0]
+            if isinstance(x, torch.Tensor) and not -x.dim() <= self.sequence_dim < x.dim():
+                raise ParallelizeError(
+                    f"{kind}(sequence_dim={self.sequence_dim}) on {name!r}: the input has shape "
+                    f"{tuple(x.shape)}, with no dim {self.sequence_dim}; set sequence_dim to the dim "
+                    "the sequence is on."
+                )
+            return (_to_sharded(x, ref, seq, seq, kind, name, "the input"), *args[1:])
+
+        def post_hook(mod, args, out):
+            return _finish(out, ref, seq, use_local, kind, name)
+
+        module.register_forward_pre_hook(pre_hook)
+        module.register_forward_hook(post_hook)
+        return module
+
+
+def _layouts(value, kind: str, field: str, name: str) -> tuple | None:
+    if value is None:
+        return None
+    items = value if isinstance(value, (list, tuple)) else (value,)
+    return tuple(None if v is None else _one(v, kind, field, name) for v in items)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepareModuleInput(ParallelStyle):
+    """Convert a module's positional inputs at its boundary: input ``i`` arrives
+    ``input_layouts[i]`` (a plain tensor is this rank's part) and is redistributed to
+    ``desired_input_layouts[i]``; ``None`` leaves an input alone (e.g. ``freqs_cis``).
+
+    Args:
+        input_layouts: one placement (or None) per positional input.
+        desired_input_layouts: the same length: what the module needs.
+        use_local_output: hand the module local tensors instead of ShardedTensors (default False).
+
+    Example:
+        >>> from subclass_kit.sharded import PrepareModuleInput, Shard, Replicate
+        >>> PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)).use_local_output
+        False
+    """
+
+    input_layouts: Any = None
+    desired_input_layouts: Any = None
+    use_local_output: bool = False
+
+    def apply(self, module: nn.Module, mesh, name: str = "module") -> nn.Module:
+        kind = type(self).__name__
+        ref = _check_mesh(mesh, kind, name)
+        have = _layouts(self.input_layouts, kind, "input_layouts", name)
+        want = _layouts(self.desired_input_layouts, kind, "desired_input_layouts", name)
+        if have is None or want is None or len(have) != len(want):
+            raise ParallelizeError(
+                f"{kind} on {name!r}: input_layouts {have} and desired_input_layouts {want} must "
+                "both be given with one entry per positional input (None for inputs left alone)."
+            )
+        for i, (h, w) in enumerate(zip(have, want)):
+            if (h is None) != (w is None):
+                raise ParallelizeError(
+                    f"{kind} on {name!r}: input {i} has input_layouts {h!r} but desired_input_layouts "
+                    f"{w!r}; give both or neither."
+                )
+        use_local = self.use_local_output
+
+        def pre_hook(mod, args):
+            if len(args) < len(have):
+                raise ParallelizeError(
+                    f"{kind} on {name!r}: layouts are given for {len(have)} positional inputs "
+                    f"{render([h for h in have])} but the module was called with {len(args)}; pass "
+                    "the inputs positionally, or give one layout per input."
+                )
+            new = list(args)
+            for i, (h, w) in enumerate(zip(have, want)):
+                if h is None:
+                    continue
+                x = args[i]
+                if isinstance(x, ShardedTensor) and not is_compiling() and x._kit_ctx.placements != (_dim(h, x.dim()),):
+                    raise ParallelizeError(
+                        f"{kind} on {name!r}: input {i} is a ShardedTensor with placements "
+                        f"{render(x.placements)} but input_layouts[{i}] says {h!r}; make "
+                        f"input_layouts[{i}] match what the previous module outputs."
+                    )
+                y = _to_sharded(x, ref, h, w, kind, name, f"input {i}")
+                new[i] = to_local(y) if use_local else y
+            return tuple(new)
+
+        module.register_forward_pre_hook(pre_hook)
+        return module
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrepareModuleOutput(ParallelStyle):
+    """Convert a module's outputs: output ``i`` is ``output_layouts[i]`` (a plain tensor is
+    this rank's part) and is redistributed to ``desired_output_layouts[i]``.
+
+    Args:
+        output_layouts: one placement (or None) per output (a single output: one placement).
+        desired_output_layouts: the same length.
+        use_local_output: return local tensors (default True).
+
+    Example:
+        >>> from subclass_kit.sharded import PrepareModuleOutput, Shard, Replicate
+        >>> PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1)).use_local_output
+        True
+    """
+
+    output_layouts: Any = None
+    desired_output_layouts: Any = None
+    use_local_output: bool = True
+
+    def apply(self, module: nn.Module, mesh, name: str = "module") -> nn.Module:
+        kind = type(self).__name__
+        ref = _check_mesh(mesh, kind, name)
+        have = _layouts(self.output_layouts, kind, "output_layouts", name)
+        want = _layouts(self.desired_output_layouts, kind, "desired_output_layouts", name)
+        if have is None or want is None or len(have) != len(want):
+            raise ParallelizeError(
+                f"{kind} on {name!r}: output_layouts {have} and desired_output_layouts {want} must "
+                "both be given with one entry per output."
+            )
+        use_local = self.use_local_output
+
+        def post_hook(mod, args, out):
+            single = not isinstance(out, (tuple, list))
+            outs = [out] if single else list(out)
+            if len(outs) != len(have):
+                raise ParallelizeError(
+                    f"{kind} on {name!r}: {len(have)} output layouts but the module returned "
+                    f"{len(outs)} outputs; give one layout per output (None to leave one alone)."
+                )
+            for i, (h, w) in enumerate(zip(have, want)):
+                if h is None:
+                    continue
+                x = outs[i]
+                if isinstance(x, ShardedTensor) and not is_compiling() and x._kit_ctx.placements != (_dim(h, x.dim()),):
+                    raise ParallelizeError(
+                        f"{kind} on {name!r}: output {i} is a ShardedTensor with placements "
+                        f"{render(x.placements)} but output_layouts[{i}] says {h!r}; make them match."
+                    )
+                y = _to_sharded(x, ref, h, w, kind, name, f"output {i}")
+                outs[i] = to_local(y) if use_local else y
+            return outs[0] if single else type(out)(outs)
+
+        module.register_forward_hook(post_hook)
+        return module
+
+
+# ---- parallelize ------------------------------------------------------------------------
 def _matches(pattern: str, name: str) -> bool:
     # Atom by atom, as torch's parallelize_module does: "layers.*.fc1" matches "layers.0.fc1".
     p, n = pattern.split("."), name.split(".")
@@ -171,7 +549,8 @@ def parallelize(module: nn.Module, mesh, plan) -> nn.Module:
     for pattern, style in plan.items():
         if not isinstance(style, ParallelStyle):
             raise ParallelizeError(
-                f"parallelize: plan[{pattern!r}] is {style!r}; use ColwiseParallel() or RowwiseParallel()."
+                f"parallelize: plan[{pattern!r}] is {style!r}; use a style: ColwiseParallel(), "
+                "RowwiseParallel(), SequenceParallel(), PrepareModuleInput(...) or PrepareModuleOutput(...)."
             )
         hits = [(n, m) for n, m in named if _matches(pattern, n)]
         if not hits:
@@ -183,6 +562,3 @@ def parallelize(module: nn.Module, mesh, plan) -> nn.Module:
         for n, m in hits:
             style.apply(m, mesh, n)
     return module
-
-
-del torch

@@ -89,6 +89,7 @@ _MODULES = [
     "subclass_kit.sharded.tensor",
     "subclass_kit.sharded.convert",
     "subclass_kit.sharded.parallel",
+    "subclass_kit.sharded.loss",
     "subclass_kit.sharded.ops.matrix",
 ]
 

@@ -89,7 +89,7 @@ def test_parallelize_bad_plans():
     mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))
     assert_expected_inline(_msg(ParallelizeError, lambda: parallelize(mlp, LOCAL, {"3": ColwiseParallel()})), """\
 parallelize: no submodule of Sequential matches '3'; its submodules are ['0', '1', '2'].""")
-    assert "ColwiseParallel applies to nn.Linear, but '1' is a ReLU" in _msg(
+    assert "ColwiseParallel applies to nn.Linear and nn.Embedding, but '1' is a ReLU" in _msg(
         ParallelizeError, lambda: parallelize(mlp, LOCAL, {"1": ColwiseParallel()}))
     mesh2d = MeshRef("cpu", (1, 1), (0,), None, ("<local>", "<local>"))
     assert "1-D mesh" in _msg(ParallelizeError, lambda: parallelize(mlp, mesh2d, {"0": RowwiseParallel()}))

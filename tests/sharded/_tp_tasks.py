@@ -1,0 +1,261 @@
+"""Tensor-parallel tasks run on every rank of a spawned gloo world: each style and
+``loss_parallel`` against the dense module (values and gradients, eager and compiled), the
+bad-input errors that need ranks, and the llama flagship (examples/tp_llama.py)."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import pathlib
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch._dynamo.testing import CompileCounterWithBackend
+
+from subclass_kit.sharded import (
+    ColwiseParallel,
+    MeshRef,
+    ParallelizeError,
+    PlacementError,
+    PrepareModuleInput,
+    PrepareModuleOutput,
+    Replicate,
+    RowwiseParallel,
+    SequenceParallel,
+    Shard,
+    ShardedTensor,
+    distribute,
+    loss_parallel,
+    parallelize,
+)
+
+from ._tasks import _Record
+
+close = torch.testing.assert_close
+_EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "tp_llama.py"
+
+
+def example():
+    """examples/tp_llama.py as a module (examples/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("tp_llama_example", _EXAMPLE)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _mesh():
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (dist.get_world_size(),))
+
+
+def _full(g):
+    return g.full_tensor() if isinstance(g, ShardedTensor) else g
+
+
+def _compare(dense: nn.Module, tp: nn.Module, make_inputs, loss_fn, *, compiled: bool, what: str, dense_inputs=None) -> int:
+    """Forward + backward of ``tp`` (eager or compiled fullgraph) equal ``dense``'s; the
+    number of compiled frames."""
+    for m in (dense, tp):
+        m.zero_grad(set_to_none=True)
+    ref = loss_fn(dense(*(dense_inputs or make_inputs)()))
+    ref.backward()
+    cnt = CompileCounterWithBackend("aot_eager")
+    # A function calling the module, as a compiled TransformerBlock calls its parallelized
+    # children: their hooks are traced into the one graph.
+    run = torch.compile(lambda *a: tp(*a), backend=cnt, fullgraph=True) if compiled else tp
+    got = loss_fn(run(*make_inputs()))
+    close(_full(got), ref, msg=f"{what}: loss")
+    got.backward()
+    for (n, p), (_, q) in zip(tp.named_parameters(), dense.named_parameters()):
+        assert isinstance(p, ShardedTensor), f"{what}: {n} is not sharded"
+        close(_full(p.grad), q.grad, msg=f"{what}: grad of {n}", atol=1e-6, rtol=1e-5)
+    return cnt.frame_count
+
+
+class _Seq(nn.Module):
+    """A norm followed by a layer that gathers the sequence (as a llama block does)."""
+
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.RMSNorm(8)
+        self.proj = nn.Linear(8, 6, bias=False)
+
+    def forward(self, x):
+        return self.proj(self.norm(x))
+
+
+class _Prep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(8, 8)
+
+    def forward(self, x, scale):
+        return self.inner(x) * scale
+
+
+def styles() -> dict:
+    """Every style on its module kind vs the dense module, eager then compiled (aot_eager,
+    fullgraph): values and gradients. Returns the frame counts."""
+    mesh = _mesh()
+    k = dist.get_world_size()
+    g = torch.Generator().manual_seed(0)
+    frames = {}
+
+    def case(name, build, plan, make_inputs, loss_fn=lambda y: y.square().sum(), dense_inputs=None):
+        # Each case compiles afresh: nn.Linear.forward's code is shared between the cases, and a
+        # second module would otherwise recompile it with automatic dynamic shapes.
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        dense = build()
+        tp = parallelize(copy.deepcopy(dense), mesh, plan)
+        _compare(dense, tp, make_inputs, loss_fn, compiled=False, what=f"{name} eager", dense_inputs=dense_inputs)
+        frames[name] = _compare(dense, tp, make_inputs, loss_fn, compiled=True, what=f"{name} compiled", dense_inputs=dense_inputs)
+
+    ids = torch.randint(0, 10, (2, 4 * k), generator=g)
+    ids[0, 0] = 3  # a padding token
+    # Vocab-parallel embedding, reduced to Replicate (all-reduce) and to Shard(1) (reduce-scatter).
+    case("embedding rowwise", lambda: nn.Embedding(10, 6, padding_idx=3), RowwiseParallel(), lambda: (ids,))
+    case(
+        "embedding rowwise Shard(1)", lambda: nn.Embedding(10, 6),
+        RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1), use_local_output=False),
+        lambda: (ids,), lambda y: (y * torch.randn(y.shape, generator=torch.Generator().manual_seed(5))).sum(),
+    )
+    case("embedding colwise", lambda: nn.Embedding(10, 6), ColwiseParallel(output_layouts=Replicate()), lambda: (ids,))
+    x = torch.randn(2, 4 * k, 8, generator=g)
+    # Colwise taking a sequence-sharded input (gathered) and handing out a replicated output.
+    r = dist.get_rank()
+    case(
+        "linear colwise Shard(1) in", lambda: nn.Linear(8, 6),
+        ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=False),
+        lambda: (x.chunk(k, 1)[r],), dense_inputs=lambda: (x,),
+    )
+    case(
+        "mlp rowwise Shard(1) out", lambda: nn.Sequential(nn.Linear(8, 4 * k), nn.ReLU(), nn.Linear(4 * k, 8)),
+        {"0": ColwiseParallel(), "2": RowwiseParallel(output_layouts=Shard(1), use_local_output=False)},
+        lambda: (x,),
+    )
+    # SequenceParallel norm, then a Colwise layer that gathers the sequence.
+    case(
+        "sequence parallel", _Seq,
+        {"norm": SequenceParallel(), "proj": ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())},
+        lambda: (x.chunk(k, 1)[r],), dense_inputs=lambda: (x,),
+    )
+    # PrepareModuleInput/Output around a parallelized submodule: the input arrives sharded on
+    # the sequence, the output leaves sharded on it.
+    torch.manual_seed(0)
+    dense = _Prep()
+    tp = copy.deepcopy(dense)
+    tp = parallelize(tp, mesh, {"inner": ColwiseParallel(output_layouts=Replicate(), use_local_output=False)})
+    PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)).apply(tp, mesh, "prep")
+    PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1), use_local_output=True).apply(tp, mesh, "prep")
+    for compiled in (False, True):
+        dense.zero_grad(set_to_none=True)
+        tp.zero_grad(set_to_none=True)
+        ref = dense(x, 2.0)
+        ref.square().sum().backward()
+        cnt = CompileCounterWithBackend("aot_eager")
+        run = torch.compile(lambda *a: tp(*a), backend=cnt, fullgraph=True) if compiled else tp
+        out = run(x.chunk(k, 1)[r], 2.0)
+        assert type(out) is torch.Tensor
+        close(out, ref.chunk(k, 1)[r])
+        # Each rank's loss covers its part of the sequence: the sum over ranks is the dense loss.
+        out.square().sum().backward()
+        for (n, p), (_, q) in zip(tp.named_parameters(), dense.named_parameters()):
+            close(_full(p.grad), q.grad, msg=f"prepare {n} compiled={compiled}")
+        if compiled:
+            frames["prepare input/output"] = cnt.frame_count
+
+    # loss_parallel: cross entropy of vocab-sharded logits, with an ignored target.
+    logits = torch.randn(6, 10, generator=g)
+    target = torch.randint(0, 10, (6,), generator=g)
+    target[2] = -100
+
+    def ce(lg, tg):
+        return F.cross_entropy(lg, tg)
+
+    for compiled in (False, True):
+        dense_l = logits.clone().requires_grad_(True)
+        ref = ce(dense_l, target)
+        ref.backward()
+        sharded = distribute(logits, mesh, [Shard(1)]).requires_grad_(True)
+        cnt = CompileCounterWithBackend("aot_eager")
+        fn = torch.compile(ce, backend=cnt, fullgraph=True) if compiled else ce
+        with loss_parallel():
+            loss = fn(sharded, target)
+            loss.backward()
+        close(loss, ref)
+        assert sharded.grad.placements == (Shard(1),)
+        close(sharded.grad.full_tensor(), dense_l.grad)
+        if compiled:
+            frames["loss_parallel"] = cnt.frame_count
+    # Outside the context cross entropy is torch's own again.
+    assert F.cross_entropy is torch.nn.functional.cross_entropy and F.cross_entropy.__module__ == "torch.nn.functional"
+    return frames
+
+
+def errors() -> dict:
+    """Bad input that needs ranks: another mesh, input placements contradicting the layouts."""
+    mesh = _mesh()
+    out = {}
+    torch.manual_seed(0)
+    lin = parallelize(nn.Linear(4, 4), mesh, ColwiseParallel())
+    other = distribute(torch.randn(2, 4), MeshRef.local(), [Replicate()])
+    try:
+        lin(other)
+        out["mesh"] = "no error"
+    except ParallelizeError as e:
+        out["mesh"] = str(e)
+    m = parallelize(_Prep(), mesh, {"inner": ColwiseParallel()})
+    PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Replicate(), None)).apply(m, mesh, "prep")
+    try:
+        m(distribute(torch.randn(2, 4, 8), mesh, [Shard(0)]), 1.0)
+        out["contradicting layouts"] = "no error"
+    except ParallelizeError as e:
+        out["contradicting layouts"] = str(e)
+    try:
+        m(torch.randn(2, 4, 8))
+        out["too few inputs"] = "no error"
+    except ParallelizeError as e:
+        out["too few inputs"] = str(e)
+    try:
+        with loss_parallel():
+            F.cross_entropy(distribute(torch.randn(4, 6), mesh, [Shard(0)]), torch.zeros(4, dtype=torch.long))
+        out["loss placements"] = "no error"
+    except PlacementError as e:
+        out["loss placements"] = str(e)
+    return out
+
+
+# ---- the flagship ---------------------------------------------------------------------------
+def flagship(backend: str, seqlens: list, steps: int = 5, layers: int = 2) -> dict:
+    """examples/tp_llama.py small: per-step losses vs the dense model over AdamW steps,
+    per-block compile counts over the sequence lengths, and block 0's forward graph."""
+    ex = example()
+    mesh = _mesh()
+    args = ex.ModelArgs(n_layers=layers)
+    dense = ex.build(args)
+    tp = ex.apply_tp(copy.deepcopy(dense), mesh)
+    rec = _Record() if backend == "record" else None
+    counters = []
+    # apply_compile, with one counting backend per block.
+    for layer_id, block in tp.layers.named_children():
+        cnt = CompileCounterWithBackend(rec.backend if rec and layer_id == "0" else ("aot_eager" if rec else backend))
+        counters.append(cnt)
+        tp.layers.register_module(layer_id, torch.compile(block, backend=cnt, fullgraph=True))
+    tp.mark_dynamic = len(set(seqlens)) > 1
+    ref, _ = ex.train(dense, ex.batches(args, steps, 2, seqlens), parallel_loss=False)
+    got, _ = ex.train(tp, ex.batches(args, steps, 2, seqlens), parallel_loss=True)
+    diffs = [abs(a - b) for a, b in zip(got, ref)]
+    assert max(diffs) <= 1e-5, (got, ref)
+    out = {"steps": len(got), "frames": [c.frame_count for c in counters]}
+    if rec is not None:
+        fw = rec.graphs["fw"][0]
+        calls = [n for n in fw.graph.nodes if n.op == "call_function"]
+        out["first fw op"] = str(calls[0].target)
+        out["fw waits"] = rec.count("fw", "wait_tensor")
+    return out

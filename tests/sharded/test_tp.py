@@ -1,0 +1,146 @@
+"""Tensor parallelism with torch's names: each style and loss_parallel against the dense
+module on 2 gloo ranks (eager and compiled), bad input, and the llama flagship
+(examples/tp_llama.py) as torchtitan runs it."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import nn
+
+from collectives._harness import world
+from subclass_kit.sharded import (
+    ColwiseParallel,
+    MeshRef,
+    ParallelizeError,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    Shard,
+    parallelize,
+)
+
+from . import _tp_tasks
+
+TIMEOUT = 240.0
+_REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+# ---- bad input, in process (a one-rank mesh needs no process group) -------------------------
+def _raises(fn, *needles):
+    with pytest.raises(ParallelizeError) as e:
+        fn()
+    for n in needles:
+        assert n in str(e.value), str(e.value)
+
+
+def test_style_on_a_module_of_the_wrong_kind_names_module_and_fix():
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+    _raises(lambda: parallelize(model, MeshRef.local(), {"1": ColwiseParallel()}),
+            "ColwiseParallel applies to nn.Linear and nn.Embedding", "'1' is a LayerNorm", "SequenceParallel")
+
+
+def test_placements_of_the_wrong_length_name_module_and_fix():
+    _raises(lambda: parallelize(nn.Linear(4, 4), MeshRef.local(), RowwiseParallel(output_layouts=(Shard(1), Shard(0)))),
+            "RowwiseParallel(output_layouts=(Shard(1), Shard(0))) on 'Linear'", "pass exactly one placement")
+    _raises(lambda: parallelize(nn.Linear(4, 4), MeshRef.local(), ColwiseParallel(input_layouts="rows")),
+            "'rows' is not a placement")
+
+
+def test_layouts_that_contradict_the_module_are_refused():
+    # An embedding takes replicated token ids.
+    _raises(lambda: parallelize(nn.Embedding(8, 4), MeshRef.local(), RowwiseParallel(input_layouts=Shard(1))),
+            "input_layouts=Shard(1)", "use input_layouts=Replicate()")
+    # PrepareModuleInput: lengths differ, or a layout for one side only.
+    _raises(lambda: PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Shard(0),)).apply(nn.Linear(2, 2), MeshRef.local(), "m"),
+            "one entry per positional input")
+    _raises(lambda: PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(None,)).apply(nn.Linear(2, 2), MeshRef.local(), "m"),
+            "give both or neither")
+    # A second style on an already sharded module.
+    lin = parallelize(nn.Linear(4, 4), MeshRef.local(), ColwiseParallel())
+    _raises(lambda: parallelize(lin, MeshRef.local(), SequenceParallel()), "already a ShardedTensor", "duplicate plan entry")
+    # A 2-D mesh.
+    two_d = MeshRef("cpu", (1, 1), (0,), None, ("<local>", "<local>"))
+    _raises(lambda: parallelize(nn.Linear(4, 4), two_d, ColwiseParallel()), "1-D mesh", "mesh['tp']")
+
+
+def test_loss_parallel_restores_cross_entropy_and_matches_dense_in_process():
+    import torch.nn.functional as F
+
+    from subclass_kit.sharded import distribute, loss_parallel
+
+    original = F.cross_entropy
+    logits = torch.randn(5, 7, requires_grad=True)
+    target = torch.tensor([0, 6, 3, -100, 1])
+    x = distribute(logits.detach(), MeshRef.local(), [Shard(1)]).requires_grad_(True)
+    with loss_parallel(), loss_parallel():  # nests
+        loss = F.cross_entropy(x, target, reduction="sum")
+        plain = F.cross_entropy(logits, target, reduction="sum")  # plain logits: torch's own
+    assert F.cross_entropy is original
+    torch.testing.assert_close(loss, plain)
+    loss.backward()
+    plain.backward()
+    torch.testing.assert_close(x.grad.full_tensor(), logits.grad)
+
+
+# ---- on two ranks -----------------------------------------------------------------------------
+@pytest.mark.dist
+def test_styles_match_dense_eager_and_compiled():
+    results = world(2).run(_tp_tasks.styles, timeout=TIMEOUT)
+    # One graph each under fullgraph (no break, no recompile between the runs).
+    assert all(set(r.values()) == {1} for r in results), results
+    assert set(results[0]) == {
+        "embedding rowwise", "embedding rowwise Shard(1)", "embedding colwise", "linear colwise Shard(1) in",
+        "mlp rowwise Shard(1) out", "sequence parallel", "prepare input/output", "loss_parallel",
+    }
+
+
+@pytest.mark.dist
+def test_bad_input_that_needs_ranks():
+    (out, *_) = world(2).run(_tp_tasks.errors, timeout=TIMEOUT)
+    assert "ColwiseParallel on 'Linear'" in out["mesh"] and "parallelize every module of the model over one mesh" in out["mesh"]
+    assert "input 0 is a ShardedTensor with placements (Shard(0),) but input_layouts[0] says Shard(1)" in out["contradicting layouts"]
+    assert "layouts are given for 2 positional inputs" in out["too few inputs"]
+    assert "(Shard(0),)" in out["loss placements"] and "Shard(1)" in out["loss placements"]
+
+
+@pytest.mark.dist
+def test_flagship_llama_matches_dense_one_compile_per_block_over_a_sequence_sweep():
+    # 5 AdamW steps over sequence lengths 16/24/32/40/16, each TransformerBlock compiled on
+    # its own (aot_eager, fullgraph: a graph break would raise), marked dynamic.
+    results = world(2).run(_tp_tasks.flagship, "record", [16, 24, 32, 40, 16], timeout=TIMEOUT * 2)
+    for r in results:
+        assert r["steps"] == 5
+        assert r["frames"] == [1, 1]  # one compile per block over four lengths
+        # The embedding's reduce-scatter is handed to block 0 pending: its wait opens the graph.
+        assert "wait_tensor" in r["first fw op"], r
+        assert r["fw waits"] >= 1
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_flagship_llama_inductor():
+    # One block (a cold inductor compile per block is the cost): 5 AdamW steps equal dense.
+    results = world(2).run(_tp_tasks.flagship, "inductor", [16], 5, 1, timeout=TIMEOUT * 2)
+    assert all(r["frames"] == [1] and r["steps"] == 5 for r in results)
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_flagship_runs_under_torchrun_as_documented():
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           str(_REPO / "examples" / "tp_llama.py"), "--backend", "aot_eager", "--steps", "3", "--layers", "1"]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=_REPO)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "max |loss - dense|" in p.stdout and "over 3 AdamW steps" in p.stdout
+
+
+def test_sequence_parallel_on_an_input_without_the_sequence_dim():
+    norm = parallelize(nn.RMSNorm(4), MeshRef.local(), SequenceParallel())
+    _raises(lambda: norm(torch.randn(4)), "SequenceParallel(sequence_dim=1) on 'RMSNorm'", "no dim 1", "set sequence_dim")
