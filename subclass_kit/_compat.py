@@ -55,3 +55,35 @@ def enable_torch_optree_namespace() -> None:
     """Register torch's node types in optree's "torch" namespace with insertion-ordered
     dicts, exactly as torch's own optree-backed pytree does (importing it does both)."""
     import torch.utils._cxx_pytree  # noqa: F401
+
+
+def torch_function_mode_enabled() -> bool:
+    """Cheap C check: is any torch-function mode on the stack (export's tracing installs some)?"""
+    return torch._C._is_torch_function_mode_enabled()
+
+
+def pre_dispatch_export_tracer():
+    """The tracer of torch.export's pre-dispatch tracing while user-level code runs under it
+    (not inside an op's dispatch, where the modes are popped), else None."""
+    if not torch._C._is_torch_function_mode_enabled():
+        return None
+    from torch._export.utils import _maybe_find_pre_dispatch_tf_mode_for_export
+
+    mode = _maybe_find_pre_dispatch_tf_mode_for_export()
+    return None if mode is None else mode.tracer
+
+
+def emit_flat_apply(tracer, name: str, target, args: tuple, out) -> None:
+    """Record ``out = target(*args)`` in a pre-dispatch export graph as a ``flat_apply`` node
+    (torch's mechanism for subclass constructors, see
+    ``torch._export.wrappers.mark_subclass_constructor_exportable_experimental``)."""
+    from torch._export.wrappers import _emit_flat_apply_call
+
+    _emit_flat_apply_call(
+        tracer=tracer,
+        spec_name=f"{name}_args",
+        const_target_for_apply=target,
+        graphable_args=(args, {}),
+        track_value=out,
+        call_spec_cache_key=name,
+    )
