@@ -87,3 +87,13 @@ def emit_flat_apply(tracer, name: str, target, args: tuple, out) -> None:
         track_value=out,
         call_spec_cache_key=name,
     )
+
+
+def unwrap_tensor_subclass_parameters(module):
+    """torch's parametrization of subclass parameters into plain ones (torchao's
+    ``unwrap_tensor_subclass`` does the same); re-exported for tests and docs."""
+    from torch._functorch._aot_autograd.subclass_parametrization import (
+        unwrap_tensor_subclass_parameters as _unwrap,
+    )
+
+    return _unwrap(module)
