@@ -97,3 +97,17 @@ def unwrap_tensor_subclass_parameters(module):
     )
 
     return _unwrap(module)
+
+
+def aoti_compile_and_package(ep, package_path, inductor_configs=None):
+    import torch._inductor
+
+    return torch._inductor.aoti_compile_and_package(
+        ep, package_path=package_path, inductor_configs=inductor_configs
+    )
+
+
+def aoti_load_package(path):
+    import torch._inductor
+
+    return torch._inductor.aoti_load_package(path)
