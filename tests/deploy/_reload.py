@@ -1,13 +1,14 @@
 """Load AOTInductor packages in a process that has never imported subclass_kit.
 
 Imports torch only: a package must run where the kit is not installed. Used as a script
-(``python _reload.py CASES.json``, prints a JSON report) and as a task for fresh gloo ranks
-(:func:`load_and_compare`), where the packages' collectives need a process group.
+(``python _reload.py CASES.json``, prints a JSON report) and as the ranks of a fresh gloo
+world (``--rank``), where the packages' collectives need a process group.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -45,6 +46,32 @@ def load_and_compare(cases: list, barrier=None) -> dict:
     return report
 
 
+
+
+def _rank_main(rank: int, size: int, port: int, cases_file: str) -> None:
+    """One rank of a fresh gloo world (``python _reload.py --rank R SIZE PORT CASES.json``):
+    load this rank's packages, wait for every rank, run them, print the report."""
+    import datetime
+
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
+        timeout=datetime.timedelta(seconds=60),
+    )
+    with open(cases_file) as f:
+        cases = json.load(f)[rank]
+    barrier = lambda: dist.monitored_barrier(timeout=datetime.timedelta(seconds=300))  # noqa: E731
+    report = load_and_compare(cases, barrier=barrier)
+    barrier()  # rank 0 hosts the store: nobody leaves while another still needs it
+    print(json.dumps(report), flush=True)
+    # No process-group teardown: it can block on a store whose host has already exited.
+    os._exit(0)
+
+
 if __name__ == "__main__":
-    with open(sys.argv[1]) as f:
-        print(json.dumps(load_and_compare(json.load(f))))
+    if sys.argv[1] == "--rank":
+        _rank_main(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
+    else:
+        with open(sys.argv[1]) as f:
+            print(json.dumps(load_and_compare(json.load(f))))

@@ -100,15 +100,3 @@ def build_packages(out_dir: str) -> dict:
         report["tp"] = _package("tp_mlp", eps["tp", False], out_dir, tp_pairs)
         report["ar"] = _package("all_reduce", eps["ar", False], out_dir, ar_pairs)
     return report
-
-
-def reload(cases: list) -> dict:
-    """In fresh ranks (a new world): load each package and compare (imports torch only)."""
-    from deploy._reload import load_and_compare
-
-    return load_and_compare(cases, barrier=sync)
-
-
-def reload_own(cases_per_rank: list) -> dict:
-    """``reload`` of the cases this rank built (rank i gets ``cases_per_rank[i]``)."""
-    return reload(cases_per_rank[dist.get_rank()])
