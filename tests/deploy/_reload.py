@@ -55,17 +55,23 @@ def _rank_main(rank: int, size: int, port: int, cases_file: str) -> None:
 
     import torch.distributed as dist
 
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
-        timeout=datetime.timedelta(seconds=60),
-    )
+    timeout = datetime.timedelta(seconds=60)
+    store = dist.TCPStore("127.0.0.1", port, size, is_master=rank == 0, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
     with open(cases_file) as f:
         cases = json.load(f)[rank]
     barrier = lambda: dist.monitored_barrier(timeout=datetime.timedelta(seconds=300))  # noqa: E731
     report = load_and_compare(cases, barrier=barrier)
-    barrier()  # rank 0 hosts the store: nobody leaves while another still needs it
     print(json.dumps(report), flush=True)
-    # No process-group teardown: it can block on a store whose host has already exited.
+    # Leave without process-group teardown (it can block). gloo sends asynchronously: a
+    # rank that exits right after its last collective may take its last message with it.
+    # After a final barrier every rank has received all it needs except rank 0's ack, so
+    # rank 0 (also the store's host) leaves last, once every other rank has said so.
+    barrier()
+    if rank == 0:
+        store.wait([f"left{r}" for r in range(1, size)], datetime.timedelta(seconds=300))
+    else:
+        store.set(f"left{rank}", "1")
     os._exit(0)
 
 
