@@ -34,6 +34,12 @@ def load_and_compare(cases: list, barrier=None) -> dict:
         pairs = torch.load(case["data"], weights_only=True)
         errors, first = [], None
         for x, expected in pairs:
+            if barrier is not None:
+                # torch 2.13: a package's gloo collective called right after the previous
+                # one can deadlock (the caller holds the GIL while enqueueing; gloo's worker
+                # holds the queue lock while it waits for the GIL). A Python-level barrier
+                # in between lets the worker finish first.
+                barrier()
             t2 = time.perf_counter()
             out = run(x)
             if first is None:
