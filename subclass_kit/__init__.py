@@ -14,6 +14,7 @@ from .errors import (
     InnerShapeError as InnerShapeError,
     LocalClassWarning as LocalClassWarning,
     SubclassKitError as SubclassKitError,
+    SubclassOutputError as SubclassOutputError,
     UnsupportedOpError as UnsupportedOpError,
 )
 from .fields import inner as inner, meta as meta
@@ -50,13 +51,14 @@ __all__ = [
     "ConstructionError",
     "InnerShapeError",
     "UnsupportedOpError",
+    "SubclassOutputError",
     "LocalClassWarning",
 ]
 
 
 def __getattr__(name):
     # Heavier submodules load on first use so `import subclass_kit` stays cheap.
-    if name in ("examples", "testing", "collectives", "sharded", "bench"):
+    if name in ("examples", "testing", "collectives", "sharded", "bench", "deploy"):
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")

@@ -109,3 +109,59 @@ def metadata_guard_expected(token: str):
             if "original_metadata" in cells:
                 return cells["original_metadata"].cell_contents
     raise LookupError(f"the checker of {token} is gone (its cache entry was dropped)")
+
+
+def torch_function_mode_enabled() -> bool:
+    """Cheap C check: is any torch-function mode on the stack (export's tracing installs some)?"""
+    return torch._C._is_torch_function_mode_enabled()
+
+
+def pre_dispatch_export_tracer():
+    """The tracer of torch.export's pre-dispatch tracing while user-level code runs under it
+    (not inside an op's dispatch, where the modes are popped), else None."""
+    if not torch._C._is_torch_function_mode_enabled():
+        return None
+    from torch._export.utils import _maybe_find_pre_dispatch_tf_mode_for_export
+
+    mode = _maybe_find_pre_dispatch_tf_mode_for_export()
+    return None if mode is None else mode.tracer
+
+
+def emit_flat_apply(tracer, name: str, target, args: tuple, out) -> None:
+    """Record ``out = target(*args)`` in a pre-dispatch export graph as a ``flat_apply`` node
+    (torch's mechanism for subclass constructors, see
+    ``torch._export.wrappers.mark_subclass_constructor_exportable_experimental``)."""
+    from torch._export.wrappers import _emit_flat_apply_call
+
+    _emit_flat_apply_call(
+        tracer=tracer,
+        spec_name=f"{name}_args",
+        const_target_for_apply=target,
+        graphable_args=(args, {}),
+        track_value=out,
+        call_spec_cache_key=name,
+    )
+
+
+def unwrap_tensor_subclass_parameters(module):
+    """torch's parametrization of subclass parameters into plain ones (torchao's
+    ``unwrap_tensor_subclass`` does the same); re-exported for tests and docs."""
+    from torch._functorch._aot_autograd.subclass_parametrization import (
+        unwrap_tensor_subclass_parameters as _unwrap,
+    )
+
+    return _unwrap(module)
+
+
+def aoti_compile_and_package(ep, package_path, inductor_configs=None):
+    import torch._inductor
+
+    return torch._inductor.aoti_compile_and_package(
+        ep, package_path=package_path, inductor_configs=inductor_configs
+    )
+
+
+def aoti_load_package(path):
+    import torch._inductor
+
+    return torch._inductor.aoti_load_package(path)

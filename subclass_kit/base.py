@@ -13,7 +13,7 @@ from typing import Any, ClassVar, dataclass_transform
 
 import torch
 
-from . import _compat, dispatch, flatten
+from . import _compat, dispatch, flatten, pre_dispatch
 from .construct import construct
 from .errors import LocalClassWarning
 from .fields import inner, meta
@@ -82,6 +82,8 @@ class WrapperTensor(torch.Tensor):
         for f in spec.meta:
             if f.name in cls.__dict__ and not isinstance(cls.__dict__[f.name], property):
                 setattr(cls, f.name, _meta_property(f.name))
+        if "to_plain" in cls.__dict__:
+            cls.to_plain = pre_dispatch.exportable_to_plain(cls.__dict__["to_plain"])
         fb = cls.__dict__.get("__fallback__")
         if fb is not None and not isinstance(fb, staticmethod):
             # A plain function in the class body would become a method; keep it plain.

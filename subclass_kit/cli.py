@@ -63,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
         "run only checks with this name or prefix (repeatable), e.g. --only ctx --only compile"))
     for flag in ("dynamic", "backward", "export", "serialization"):
         c.add_argument(f"--no-{flag}", action="store_true", help=f"skip the {flag} checks")
+    c.add_argument("--aoti", action="store_true", help=(
+        "also check AOTInductor deployment (slow: one C++ compile per class)"))
     c.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
     c.set_defaults(func=_cmd_check)
 
@@ -238,6 +240,7 @@ def _cmd_check(args) -> int:
             serialization=not args.no_serialization,
             only=args.only,
             on_row=on_row,
+            aoti=args.aoti,
         )
     except UnknownCheckError as e:  # a typo in --only: a usage error, not a run of 0 checks
         raise UsageError(str(e).removeprefix("check_subclass: ").replace("only=", "--only ")) from None

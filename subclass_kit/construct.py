@@ -43,6 +43,12 @@ def from_parts(cls, inners, ctx, size, stride, offset, dtype, device, requires_g
     d = r.__dict__
     d.update(zip(cls._kit_inner_names, inners))
     d["_kit_ctx"] = ctx
+    if _compat.torch_function_mode_enabled():
+        # User-level code under a torch-function mode, perhaps export's pre-dispatch
+        # tracing, which must see this construction (see pre_dispatch.py).
+        from .pre_dispatch import maybe_record
+
+        maybe_record(r, inners, size, stride, offset)
     return r
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from . import _compat, aliasing
+from . import _compat, aliasing, pre_dispatch
 from .construct import from_parts
 
 __all__ = ["builtin_handler", "is_outer_shaped"]
@@ -160,6 +160,7 @@ _BUILTINS = {
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
     aten.as_strided.default: _as_strided,
+    pre_dispatch.to_plain_op: pre_dispatch.to_plain_handler,
 }
 
 

@@ -9,6 +9,7 @@ __all__ = [
     "ConstructionError",
     "InnerShapeError",
     "UnsupportedOpError",
+    "SubclassOutputError",
     "LocalClassWarning",
 ]
 
@@ -31,6 +32,10 @@ class InnerShapeError(SubclassKitError, ValueError):
 
 class UnsupportedOpError(SubclassKitError, NotImplementedError):
     """An op reached a WrapperTensor subclass that has no handler and no fallback for it."""
+
+
+class SubclassOutputError(SubclassKitError, TypeError):
+    """A deployment target (an AOTInductor package) would have to return a tensor subclass."""
 
 
 class LocalClassWarning(UserWarning):

@@ -39,6 +39,11 @@ def tensor_flatten(self):
 
 
 def tensor_unflatten(cls, inner_tensors, ctx, outer_size, outer_stride):
+    if torch.compiler.is_dynamo_compiling():
+        # User code dynamo traces (the parametrization of unwrap_tensor_subclass_parameters
+        # under strict export) calls this: call the class instead, which dynamo records as
+        # one graph node rather than tracing the wrapper's construction (it cannot).
+        return _construct_in_graph(cls, inner_tensors, ctx, outer_size, outer_stride)
     get = inner_tensors.get
     inners = tuple([get(n) for n in cls._kit_inner_names])
     primary = inners[0]
@@ -49,6 +54,16 @@ def tensor_unflatten(cls, inner_tensors, ctx, outer_size, outer_stride):
         outer_stride = contiguous_strides(outer_size)
     offset = primary.storage_offset() if primary.dim() == len(outer_size) else 0
     return from_parts(cls, inners, ctx, outer_size, outer_stride, offset, ctx.dtype, primary.device)
+
+
+def _construct_in_graph(cls, inner_tensors, ctx, outer_size, outer_stride):
+    kwargs = {n: inner_tensors.get(n) for n in cls._kit_inner_names}
+    kwargs.update(ctx.fields)
+    if outer_size is not None:
+        kwargs["size"] = tuple(outer_size)
+        if outer_stride is not None:
+            kwargs["stride"] = tuple(outer_stride)
+    return cls(dtype=ctx.dtype, **kwargs)
 
 
 def stable_hash(self) -> str:

@@ -65,6 +65,7 @@ class Run:
     export: bool
     serialization: bool
     only: tuple = ()
+    aoti: bool = False  # opt-in AOTInductor row (slow)
     status: dict = field(default_factory=dict)  # check name -> status
     passed_cases: list = field(default_factory=list)  # OpCases that passed eager
     state: dict = field(default_factory=dict)  # free-form, per family
@@ -113,9 +114,9 @@ class Run:
 
 
 def _families():
-    from . import autograd, compiled, ctx, dynamic, eager, export, identity, objects, protocol, serialization
+    from . import aoti, autograd, compiled, ctx, dynamic, eager, export, identity, objects, protocol, serialization
 
-    return (protocol, ctx, identity, eager, compiled, dynamic, autograd, export, serialization, objects)
+    return (protocol, ctx, identity, eager, compiled, dynamic, autograd, export, serialization, objects, aoti)
 
 
 def _selected(name: str, only) -> bool:
@@ -195,6 +196,7 @@ def check_subjects(
     serialization=True,
     only=None,
     on_row=None,
+    aoti=False,
 ) -> list:
     """Run the battery on already-resolved subjects; one :class:`CheckReport` per subject."""
     backends = _valid_backends(backends)
@@ -203,7 +205,7 @@ def check_subjects(
     runs, plans, names = [], [], []
     for subject in subjects:
         cases = user_cases(ops) if ops is not None else default_cases(subject.cls)
-        run = Run(subject, cases, backends, dynamic, backward, export, serialization, tuple(only or ()))
+        run = Run(subject, cases, backends, dynamic, backward, export, serialization, tuple(only or ()), aoti=aoti)
         plan = []
         for family in _families():
             full = family.plan(run)
@@ -246,6 +248,7 @@ def check_subclass(
     serialization: bool = True,
     only=None,
     on_row=None,
+    aoti: bool = False,
 ) -> CheckReport:
     """Check that a wrapper tensor subclass is compile-ready; say what is wrong if not.
 
@@ -268,6 +271,9 @@ def check_subclass(
         backends: ``torch.compile`` backends to check.
         dynamic, backward, export, serialization: turn those families off.
         only: check names or prefixes to run (e.g. ``["protocol", "ctx.hashable"]``).
+        aoti: add the opt-in ``aoti.package`` row (slow): a model holding a sample as a
+            parameter, as is and parametrized, exported and AOTInductor-packaged with a
+            dynamic batch dim, equals eager.
         on_row: called with each :class:`CheckRow` as soon as it completes.
 
     Returns:
@@ -293,6 +299,7 @@ def check_subclass(
         serialization=serialization,
         only=only,
         on_row=on_row,
+        aoti=aoti,
     )
     if len(reports) == 1:
         return reports[0]

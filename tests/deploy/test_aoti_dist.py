@@ -1,0 +1,84 @@
+"""Deploying on 2 gloo ranks: per-rank AOTInductor packages of a tensor-parallel MLP
+(ShardedTensor parameters, ColwiseParallel + RowwiseParallel) and of a module that calls
+``subclass_kit.collectives.all_reduce``, each with the batch dim dynamic.
+
+Each rank exports its own program, strict and non-strict, and compares both with eager
+(cheap); the non-strict programs (torch.export's default) are compiled and run; then a
+NEW 2-rank gloo world -- fresh interpreters that import torch only -- loads the packages
+(the collectives in them run on the new world's default group) and compares again. Slow:
+two compiles per rank, ranks compiling concurrently.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from collectives._harness import world
+
+from . import _tasks
+
+pytestmark = [pytest.mark.slow, pytest.mark.dist]
+
+TIMEOUT = 400.0
+RELOAD = pathlib.Path(__file__).with_name("_reload.py")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def fresh_ranks(cases: list, tmp_path) -> list:
+    """Run ``_reload.py --rank`` as a gloo world of new interpreters; their reports."""
+    spec = tmp_path / "rank_cases.json"
+    spec.write_text(json.dumps(cases))
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(RELOAD), "--rank", str(r), str(len(cases)), str(port), str(spec)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path),
+        )
+        for r in range(len(cases))
+    ]
+    outs = []
+    try:
+        for p in procs:
+            try:
+                outs.append(p.communicate(timeout=TIMEOUT))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                outs.append(p.communicate())
+    finally:
+        for p in procs:  # always reaped
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    for r, (p, (_, err)) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0, f"rank {r} exited {p.returncode}:\n{err[-3000:]}"
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+
+
+def test_tp_and_collectives_packages_per_rank(tmp_path):
+    reports = world(2).run(_tasks.build_packages, str(tmp_path), timeout=TIMEOUT)
+    for r in reports:
+        for mode in ("strict", "nonstrict"):
+            assert r[f"tp_{mode}_export_error"] <= 1e-5, r
+            assert r[f"ar_{mode}_export_error"] <= 1e-5, r
+            assert any("all_reduce" in t for t in r[f"ar_{mode}_targets"]), r
+            assert any("wait_tensor" in t for t in r[f"ar_{mode}_targets"]), r
+        assert r["tp"]["in_process_error"] <= 1e-5 and r["ar"]["in_process_error"] <= 1e-5, r
+    # rank i loads the packages rank i built, in a fresh interpreter (exec'd, not forked)
+    reloaded = fresh_ranks([[r["tp"]["case"], r["ar"]["case"]] for r in reports], tmp_path)
+    for rank, rep in enumerate(reloaded):
+        assert rep.pop("kit_imported") is False
+        assert sorted(rep) == ["all_reduce", "tp_mlp"]
+        for name, r in rep.items():
+            assert r["max_error"] <= 1e-5, (rank, name, r)
+    print("dist deploy figures:", reports, reloaded)
