@@ -189,6 +189,13 @@ def test_dynamo_recompiles_a_copy_of_a_jagged_view_because_it_guards_base():
     assert cnt.frame_count == 2
     f(copy())
     assert cnt.frame_count == 2
+    # guards model the same _base guard: they refuse the copy for t's entry, accept a copy
+    a, b = copy(), copy()
+    assert any("L['x']._base" in ln for ln in guards.build(t).explain(a))
+    assert guards.build(a).check(b)
+    torch._dynamo.reset()
+    rep = guards.explain_recompiles(CHECK_OPS["NestedTensor"], [(t,), (t,), (a,), (b,)], backend="aot_eager")
+    assert rep.agrees and rep.compiles == 2, str(rep)
 
 
 def test_checker_on_nested_tensor_says_only_true_things():
