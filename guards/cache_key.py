@@ -6,6 +6,15 @@ structure (which symbols are shared, strides in terms of sizes, ranges). So it c
 with a meta value, a dtype or a static size, and stays the same when only a dynamic size
 changes, exactly as the guards would accept or reject. Canonical JSON with a version field,
 then sha256: the same in every process and on every machine.
+
+A class with ``__metadata_guard__`` decides itself which ctxs are equal, so the key cannot
+know it: by default the whole ctx is keyed, and the key is *conservative* -- equal keys
+mean equal ctxs (always safe to share an artifact), while two ctxs the class's guard
+accepts as equal may get different keys (a cache miss, never a wrong artifact). For exact
+keys the class adds ``__metadata_key__(ctx)`` (a classmethod or staticmethod) returning the
+part of the ctx its guard compares; it must return equal values exactly when
+``__metadata_guard__`` accepts. The hook is read only together with ``__metadata_guard__``
+(with ``==`` the whole ctx is what dynamo compares).
 """
 
 from __future__ import annotations
@@ -41,7 +50,9 @@ def cache_key(value: Any, *, policy: Any = None, dynamic: bool | None = None) ->
 
     Works on real tensors (reading their dimension marks, or ``policy``) and on the fake
     tensors torch traces with (symbolic sizes count as dynamic), so a wrapper's
-    ``_stable_hash_for_caching`` can return it.
+    ``_stable_hash_for_caching`` can return it. For a class with ``__metadata_guard__`` the
+    key is conservative unless the class also defines ``__metadata_key__(ctx)`` (see the
+    module docstring): unequal keys may then still share an artifact, equal keys always can.
 
     Args:
         value: a tensor, wrapped tensor or pytree of them.

@@ -131,7 +131,16 @@ class CtxMatch(Guard):
         return f"{r(FlattenSource(self.source, 1))} {how} {self.ctx!r}"
 
     def canonical(self, r):
-        return ["ctx", r(self.source), canonical(self.ctx, where=f"the ctx of {type_name(self.cls)}")]
+        where = f"the ctx of {type_name(self.cls)}"
+        key = getattr(self.cls, "__metadata_key__", None)
+        if self.custom is not None and key is not None:
+            # The class's own guard compares only part of the ctx; its key hook says which
+            # part, so two ctxs the guard accepts as equal get one key.
+            return ["ctx_key", r(self.source), canonical(key(self.ctx), where=f"{type_name(self.cls)}.__metadata_key__(ctx)")]
+        # Without the hook the whole ctx is keyed: equal keys mean equal ctxs (which the
+        # guard accepts); ctxs the guard merely tolerates get different keys -- a cache
+        # miss, never a wrong artifact.
+        return ["ctx", r(self.source), canonical(self.ctx, where=where)]
 
 
 @dataclasses.dataclass(frozen=True)

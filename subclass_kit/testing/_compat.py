@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import pickle
 
 import torch
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass  # noqa: F401
@@ -185,16 +186,45 @@ def _errors():
 GRAPH_BREAK_ERRORS, DATA_DEPENDENT_ERRORS = _errors()
 
 
-def default_stable_hash(t) -> str:
-    """The hash AOTAutograd's cache uses for a wrapped tensor without ``_stable_hash_for_caching``."""
+def default_stable_hash(t, *, canonical: bool = False) -> str:
+    """The hash AOTAutograd's cache uses for a wrapped tensor without ``_stable_hash_for_caching``.
+
+    torch pickles its payload with plain ``pickle.dumps``. Objects that pickle as a bare
+    global name without a ``__module__`` (``torch.contiguous_format``, ``torch.strided``,
+    dtypes) are written under the name of the FIRST module in ``sys.modules`` that holds
+    them -- ``torch._utils`` in a fresh interpreter, but any module that imported torch
+    before torch finished importing (a test module, a library) in another program. So
+    torch's hash depends on the import order of the program computing it. ``canonical=True``
+    computes the same payload with those objects written by their repr instead: the hash
+    torch's would be if that lookup were stable.
+    """
     import warnings
 
     from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCachePickler
 
     gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    pickler = AOTAutogradCachePickler(gm)
+    if canonical:
+        pickler._hash_pickled_value_for_cache = lambda v: pickler._hash_bytes_for_cache(_canonical_pickle(v))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return AOTAutogradCachePickler(gm)._default_stable_hash_for_caching(t)
+        return pickler._default_stable_hash_for_caching(t)
+
+
+_BY_NAME_TYPES = (torch.dtype, torch.memory_format, torch.layout, torch.qscheme)
+
+
+class _CanonicalPickler(pickle.Pickler):
+    def reducer_override(self, obj):
+        if isinstance(obj, _BY_NAME_TYPES):
+            return (str, (repr(obj),))
+        return NotImplemented
+
+
+def _canonical_pickle(value) -> bytes:
+    buf = io.BytesIO()
+    _CanonicalPickler(buf, protocol=pickle.DEFAULT_PROTOCOL).dump(value)
+    return buf.getvalue()
 
 
 def export(module, args, *, strict: bool = False):

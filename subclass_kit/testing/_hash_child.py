@@ -24,7 +24,8 @@ def main() -> int:
         rows = []
         for d in subject:
             try:
-                rows.append({"hash": stable_hash(decode(d))})
+                x = decode(d)
+                rows.append({"hash": stable_hash(x), "canonical": stable_hash(x, canonical=True)})
             except Exception as e:  # reported by the parent, row by row
                 rows.append({"error": f"{type(e).__name__}: {e}"})
         out.append(rows)

@@ -13,12 +13,14 @@ from .subject import flatten
 __all__ = ["stable_hash", "encode", "decode", "import_qualified"]
 
 
-def stable_hash(t) -> str:
-    """``t._stable_hash_for_caching()`` if the class defines it, else torch's default."""
+def stable_hash(t, *, canonical: bool = False) -> str:
+    """``t._stable_hash_for_caching()`` if the class defines it, else torch's default
+    (``canonical=True``: torch's payload without its import-order-dependent pickling of
+    dtypes / memory formats / layouts; see ``_compat.default_stable_hash``)."""
     fn = getattr(t, "_stable_hash_for_caching", None)
     if fn is not None:
         return str(fn())
-    return _compat.default_stable_hash(t)
+    return _compat.default_stable_hash(t, canonical=canonical)
 
 
 def import_qualified(module: str, qualname: str):

@@ -277,6 +277,21 @@ def _compile_check(run, backend: str):
     copy_ = type(x).__tensor_unflatten__({n: getattr(x, n) for n in names}, ctx, x.shape, x.stride())
     cfn(x)
     cfn(copy_)
+    if cnt.frame_count == 2 and x._is_view() and not copy_._is_view():
+        # The sample is a view of another tensor and dynamo guards its base (for a jagged
+        # NestedTensor: ``L['x']._base.size()[0]``); a copy has no base, so that guard
+        # fails on None and the copy compiles its own frame. Whether the ctx is equal to
+        # its copy's is then seen on a second copy, which must reuse the copy's frame.
+        reasons = _compat.guard_failure_reasons()
+        again = type(x).__tensor_unflatten__({n: getattr(x, n) for n in names}, ctx, x.shape, x.stride())
+        cfn(again)
+        if cnt.frame_count == 2:
+            why = f" ({reasons[-1].strip()[:120]})" if reasons else ""
+            return (
+                f"{len(cases)} ops, 1 frame; a flatten/unflatten copy compiled a second frame because "
+                f"the sample is a view and the copy is not (dynamo guards a view's _base{why}); a "
+                "second copy reused the copy's frame"
+            )
     if cnt.frame_count != 1:
         reasons = _compat.guard_failure_reasons()
         raise Fail(

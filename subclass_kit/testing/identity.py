@@ -7,6 +7,12 @@ cache. Its cache key takes ``_stable_hash_for_caching()`` (or, without it, a pic
 ctx); a hash built from ``hash()``, ``id()`` or an address-bearing repr differs in every
 process, so a warm cache never hits. The check sends the samples to a fresh interpreter
 with another ``PYTHONHASHSEED`` and compares.
+
+Two differences are torch's, not the class's, and reported as such: torch pickles dtypes and
+memory formats under the first module in ``sys.modules`` holding them (so its default hash
+depends on which module imported torch first -- the same on every restart of one program;
+compared again with those rendered canonically), and a jagged dim's nested int pickles with
+its per-process id.
 """
 
 from __future__ import annotations
@@ -167,14 +173,22 @@ def _stable_hash(run):
             fix = "make the samples' inner tensors and ctx unpickle in a fresh process"
         raise Fail(f"a fresh process could not unpickle the samples of {run.name}: {err}", fix)
     has_own = hasattr(run.cls, "_stable_hash_for_caching")
-    what = "_stable_hash_for_caching()" if has_own else "torch's default subclass hash (a pickle of the ctx)"
+    what = "_stable_hash_for_caching()" if has_own else "torch's default subclass hash (a pickle of the outer size, ctx and inner tensors' metadata)"
     mine = [_hashing.stable_hash(x) for x in run.samples]
+    import_order = []
     for i, (x, a, b) in enumerate(zip(run.samples, mine, theirs)):
         if "error" in b:
             raise Fail(
                 f"computing {what} for sample {i} ({describe(x)}) in a fresh process raised {b['error']}",
                 "make the hash depend only on the class, the ctx values and the outer metadata",
             )
+        if a != b["hash"] and not has_own and _hashing.stable_hash(x, canonical=True) == b.get("canonical"):
+            # torch's own pickling of dtypes / memory formats names the first module in
+            # sys.modules that holds them: this process imported torch in another order
+            # than a fresh one. Not the class's doing, and a restart of the same program
+            # computes the same hash.
+            import_order.append(i)
+            continue
         if a != b["hash"]:
             fix = (
                 "build it from canonical data only: e.g. sha256 of json.dumps([class qualname, ctx "
@@ -182,6 +196,20 @@ def _stable_hash(run):
             )
             if not has_own:
                 fix = "define _stable_hash_for_caching(self) -> str that way, or make the ctx pickle deterministically (no sets of strings)"
+            ragged = [d for d, s in enumerate(x.shape) if not isinstance(s, int)]
+            if ragged and not has_own:
+                # torch's default hash pickles the outer size; a jagged dim is a nested int
+                # whose node carries a process-wide counter (j0, j1, ...), not a value
+                raise Fail(
+                    f"{what} of sample {i} ({describe(x)}) pickles the outer size, and dim {ragged[0]} is "
+                    f"a nested int ({x.shape[ragged[0]]} here) numbered by a per-process counter of "
+                    "offsets tensors, not by value: the hash differs across processes and even between "
+                    "two equal tensors built one after the other in one process, so AOTAutograd's "
+                    "cache misses for any graph that holds one as a constant",
+                    "define _stable_hash_for_caching(self) -> str from the class, the ctx, the inner "
+                    "tensors' metadata and the outer size with the nested int rendered by position "
+                    "(e.g. 'j'), not by its id",
+                )
             raise Fail(
                 f"{what} of sample {i} ({describe(x)}) differs across processes ({a[:16]}... here, "
                 f"{b['hash'][:16]}... in a process with another PYTHONHASHSEED), so AOTAutograd's "
@@ -204,6 +232,13 @@ def _stable_hash(run):
     note = f"same in a fresh process (answered after {state['job'].seconds:.1f}s)"
     if not has_own:
         note += " (torch's default hash: the class has no _stable_hash_for_caching)"
+    if import_order:
+        note += (
+            f"; for sample(s) {', '.join(map(str, import_order))} torch's default hash differed only "
+            "because this process imported torch in another module order (torch pickles "
+            "torch.contiguous_format and dtypes under the first module in sys.modules that holds "
+            "them): the ctx hashes the same, and a restart of the same program gets the same key"
+        )
     return note
 
 

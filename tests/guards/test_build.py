@@ -409,3 +409,46 @@ def test_cache_key_of_a_dict_ctx_ignores_key_order_only():
     payload = lambda t: guards.cache_key_payload(t).replace(type(t).__qualname__, "C")  # noqa: E731
     assert payload(a) == payload(b)
     assert guards.cache_key(a) != guards.cache_key(DictCtx(torch.ones(2, 2), torch.ones(2, 1), 32, "z"))
+
+
+class KeyedDictCtx(DictCtx):
+    """DictCtx whose key hook keeps exactly what its guard compares."""
+
+    def __tensor_flatten__(self):
+        return ["a", "scale"], {"block": [self.block], "note": self.note}
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return KeyedDictCtx(inner["a"], inner["scale"], ctx["block"][0], ctx["note"])
+
+    @classmethod
+    def __metadata_key__(cls, ctx):
+        return ctx["block"]
+
+
+def test_cache_key_with_metadata_guard_is_conservative_or_exact_with_the_key_hook():
+    from torch._dynamo.testing import CompileCounter
+
+    def make(cls, block, note):
+        return cls(torch.ones(2, 2), torch.ones(2, 1), block, note)
+
+    for cls in (DictCtx, KeyedDictCtx):
+        x, y, z = make(cls, 32, "x"), make(cls, 32, "y"), make(cls, 16, "x")
+        # what may serve: dynamo reuses x's artifact for y (the class's guard ignores the
+        # note) and compiles again for z; guards say the same
+        torch._dynamo.reset()
+        cnt = CompileCounter()
+        f = torch.compile(lambda t: t * 2, backend=cnt)
+        f(x)
+        f(y)
+        assert cnt.frame_count == 1
+        f(z)
+        assert cnt.frame_count == 2
+        assert guards.build(x).check(y) and not guards.build(x).check(z)
+        # equal keys never name a wrong artifact; unequal ones never share a refused one
+        assert guards.cache_key(x) != guards.cache_key(z)
+        assert guards.cache_key(x) == guards.cache_key(make(cls, 32, "x"))
+    # without the hook the key is conservative: y could share x's artifact but is keyed apart
+    assert guards.cache_key(make(DictCtx, 32, "x")) != guards.cache_key(make(DictCtx, 32, "y"))
+    # with it, exact: the two ctxs the class's guard accepts as equal get one key
+    assert guards.cache_key(make(KeyedDictCtx, 32, "x")) == guards.cache_key(make(KeyedDictCtx, 32, "y"))
