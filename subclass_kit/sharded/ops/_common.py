@@ -145,7 +145,49 @@ def _meta(out):
 def _compute_meta(func, args, kwargs):
     with _compat.meta_mode() as mode:
         out = func(*_fake(args, mode), **{k: _fake(v, mode) for k, v in kwargs.items()})
-    return _meta(out)
+    meta = _meta(out)
+    if _compat.tracing_symbolically():
+        meta = _retrack(meta, args, kwargs)
+    return meta
+
+
+def _sym_pool(a, pool: dict) -> None:
+    if isinstance(a, torch.Tensor):
+        for s in (*a.shape, *a.stride()):
+            _sym_pool(s, pool)
+    elif type(a) in _SEQ:
+        for b in a:
+            _sym_pool(b, pool)
+    elif _compat.is_symbolic(a):
+        pool.setdefault(a.node.expr, a)
+
+
+def _retrack(meta, args, kwargs):
+    """``meta`` with each symbolic size replaced by the argument's SymInt of the same value.
+
+    The meta kernels run with proxy tracing off, so the SymInts they return are unknown to
+    the graph being traced; used later (a narrow length, a view size) the tracer rebuilds
+    them from their sympy expression, and a later ``0 + s`` registered as the source of a
+    bare symbol makes that rebuild recurse forever (RecursionError in AOTAutograd on the
+    second, automatic-dynamic compile). The arguments' own SymInts are tracked: hand those on.
+    """
+    pool: dict = {}
+    _sym_pool(args, pool)
+    _sym_pool(tuple(kwargs.values()), pool)
+    if not pool:
+        return meta
+
+    def same(s):
+        return pool.get(s.node.expr, s) if _compat.is_symbolic(s) else s
+
+    def fix(m):
+        if type(m) is TensorMeta:
+            return TensorMeta(tuple([same(s) for s in m.shape]), tuple([same(s) for s in m.stride]), m.dtype, same(m.offset))
+        if type(m) in _SEQ:
+            return type(m)(fix(x) for x in m)
+        return m
+
+    return fix(meta)
 
 
 def global_meta(func, args, kwargs):
