@@ -46,6 +46,13 @@ def meta_mode():
         yield mode
 
 
+def tracing_symbolically() -> bool:
+    """True while a proxy trace (make_fx / AOTAutograd) records the graph."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    return get_proxy_mode() is not None
+
+
 def is_symbolic(x) -> bool:
     """True for a SymInt/SymFloat/SymBool (a size that is not a plain int)."""
     return isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool))

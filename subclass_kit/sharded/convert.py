@@ -159,7 +159,11 @@ class _Redistribute(torch.autograd.Function):
                         mesh, target, coord, shape, stride, grad.dtype), None, None
         if grad._kit_ctx.placements == target:
             return grad, None, None
-        return relayout(grad, target), None, None
+        # The forward's global shape, not the tangent's: under dynamic shapes the tangent's
+        # outer sizes are fresh symbols the backward graph has no input for (a gather's
+        # narrow to them made AOTAutograd recurse forever), the forward's are traced values.
+        _, _, shape, stride = ctx.where
+        return relayout(grad, target, shape, stride), None, None
 
 
 # ---- graph functions (one call node each under torch.compile) ------------------------------

@@ -159,6 +159,8 @@ def _describe(mesh) -> MeshRef:
         return mesh
     hit = _REFS.get(id(mesh))
     if hit is not None and hit[0] is mesh:
+        # The mesh handed in last is the one .device_mesh resolves to (see below).
+        _MESHES[hit[1]] = mesh
         return hit[1]
     if not isinstance(mesh, DeviceMesh):
         raise MeshError(
@@ -177,7 +179,10 @@ def _describe(mesh) -> MeshRef:
         dim_names=tuple(mesh.mesh_dim_names) if mesh.mesh_dim_names else None,
         group_names=tuple(mesh.get_group(i).group_name for i in range(mesh.ndim)),
     )
-    _MESHES.setdefault(ref, mesh)
+    # Equal meshes (same ranks, same process groups) share one MeshRef, so a ShardedTensor's
+    # .device_mesh resolves to the equal DeviceMesh most recently handed to the kit: the one
+    # the caller is using now, never an older equal mesh another part of the program made.
+    _MESHES[ref] = mesh
     _REFS[id(mesh)] = (mesh, ref)  # holds the mesh, so its id is never reused
     return ref
 

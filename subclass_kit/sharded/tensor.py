@@ -262,13 +262,20 @@ def wrap(local, mesh, placements, coord, shape, stride, dtype=None, offset=0, re
 _make = _kit_compat.make_wrapper_subclass
 
 
-def relayout(x: ShardedTensor, placements: tuple) -> ShardedTensor:
-    """``x`` under other (normalized) placements, below autograd (no graph recorded)."""
+def relayout(x: ShardedTensor, placements: tuple, shape=None, stride=None) -> ShardedTensor:
+    """``x`` under other (normalized) placements, below autograd (no graph recorded).
+
+    ``shape``/``stride``: ``x``'s global shape and stride when the caller knows them from
+    the trace's inputs (a backward passes its forward's): under dynamic shapes a tangent's
+    outer sizes are symbols the traced graph cannot compute, and a gather needs them.
+    """
     from .redistribute import redistribute_local
 
     ctx = x._kit_ctx
-    local = redistribute_local(x.local, ctx.mesh, ctx.coord, ctx.placements, tuple(placements), x.shape)
-    return wrap(local, ctx.mesh, tuple(placements), ctx.coord, x.shape, x.stride(), x.dtype)
+    shape = x.shape if shape is None else shape
+    stride = x.stride() if stride is None else stride
+    local = redistribute_local(x.local, ctx.mesh, ctx.coord, ctx.placements, tuple(placements), shape)
+    return wrap(local, ctx.mesh, tuple(placements), ctx.coord, shape, stride, x.dtype)
 
 
 def describe(x: ShardedTensor) -> str:

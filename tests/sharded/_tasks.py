@@ -358,3 +358,22 @@ def compiled() -> dict:
         close(fn(t).full_tensor(), (T.relu() * 3).sum(1))
     out["frames"] = [c.frame_count for c in (cnt, cnt2, cnt3, cnt4)]
     return out
+
+
+def equal_meshes() -> dict:
+    """Two equal DeviceMeshes, made one after the other (as a docs example and a test in
+    one process do): tensors built on the second resolve .device_mesh to the second."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    k = dist.get_world_size()
+    d = torch.arange(4.0 * k)
+    first = init_device_mesh("cpu", (k,))
+    a = distribute(d, first, [Shard(0)])
+    second = init_device_mesh("cpu", (k,))
+    assert second is not first and second == first
+    b = distribute(d, second, [Shard(0)])
+    out = {"second": b.device_mesh is second, "same ref": a.mesh == b.mesh}
+    # Handing the first in again makes it current.
+    out["first again"] = distribute(d, first, [Shard(0)]).device_mesh is first
+    out["values"] = bool(torch.equal(b.full_tensor(), d))
+    return out

@@ -107,9 +107,8 @@ def styles() -> dict:
     frames = {}
 
     def case(name, build, plan, make_inputs, loss_fn=lambda y: y.square().sum(), dense_inputs=None):
-        # Each case compiles afresh: nn.Linear.forward's code is shared between the cases, and a
-        # second module would otherwise recompile it with automatic dynamic shapes.
-        torch._dynamo.reset()
+        # No dynamo reset between the cases: the compiled code is shared, so the later cases
+        # recompile it with automatic dynamic shapes (symbolic global sizes in the backward).
         torch.manual_seed(0)
         dense = build()
         tp = parallelize(copy.deepcopy(dense), mesh, plan)
@@ -259,3 +258,32 @@ def flagship(backend: str, seqlens: list, steps: int = 5, layers: int = 2) -> di
         out["first fw op"] = str(calls[0].target)
         out["fw waits"] = rec.count("fw", "wait_tensor")
     return out
+
+
+def second_module_dynamic() -> list:
+    """The same compiled function over a second parallelized module, then over other
+    sequence lengths (an even one and one that shards unevenly): dynamo's automatic dynamic
+    shapes recompile it with a symbolic sequence dim, whose backward gathers the gradient of
+    a Shard(1) output. Values and gradients vs dense; the frame count of each run."""
+    mesh = _mesh()
+    k, r = dist.get_world_size(), dist.get_rank()
+    torch._dynamo.reset()
+    frames = []
+    for seq in (4 * k, 4 * k, 6 * k, 6 * k + 1):
+        g = torch.Generator().manual_seed(seq)
+        x = torch.randn(2, seq, 8, generator=g)
+        torch.manual_seed(0)
+        if len(frames) == 0:
+            # First module: a Colwise layer taking a sequence-sharded input.
+            dense = nn.Linear(8, 6)
+            plan = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate(), use_local_output=False)
+            inputs, dense_inputs = (lambda: (x.chunk(k, 1)[r],)), (lambda: (x,))
+        else:
+            # Then an MLP whose Rowwise output is sequence-sharded (backward: a gather).
+            dense = nn.Sequential(nn.Linear(8, 4 * k), nn.ReLU(), nn.Linear(4 * k, 8))
+            plan = {"0": ColwiseParallel(), "2": RowwiseParallel(output_layouts=Shard(1), use_local_output=False)}
+            inputs, dense_inputs = (lambda: (x,)), None
+        tp = parallelize(copy.deepcopy(dense), mesh, plan)
+        frames.append(_compare(dense, tp, inputs, lambda y: y.square().sum(), compiled=True,
+                               what=f"seq {seq}", dense_inputs=dense_inputs))
+    return frames

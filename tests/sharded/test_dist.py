@@ -75,6 +75,14 @@ mul_ add_: Shard(0)""")
     assert all("placements[0] is Replicate() but the local tensor" in e["replicas"] for e in errors[1:])
 
 
+def test_device_mesh_is_the_equal_mesh_handed_in_last():
+    # Was order-dependent: the first equal mesh ever described (e.g. by a docs example)
+    # came back from .device_mesh.
+    results = world(2).run(_tasks.equal_meshes, timeout=TIMEOUT)
+    assert all(r == {"second": True, "same ref": True, "first again": True, "values": True} for r in results), results
+
+
+@pytest.mark.dist
 def test_tensor_parallel_mlp_matches_dense_eager_and_compiled():
     (summary, *_) = world(2).run(_tasks.mlp, 8, "record", timeout=TIMEOUT)
     assert summary == {

@@ -145,16 +145,100 @@ def _meta(out):
 def _compute_meta(func, args, kwargs):
     with _compat.meta_mode() as mode:
         out = func(*_fake(args, mode), **{k: _fake(v, mode) for k, v in kwargs.items()})
-    return _meta(out)
+    meta = _meta(out)
+    if _compat.tracing_symbolically():
+        meta = _retrack(meta, args, kwargs)
+    return meta
+
+
+def _sym_pool(a, pool: dict) -> None:
+    if isinstance(a, torch.Tensor):
+        for s in (*a.shape, *a.stride()):
+            _sym_pool(s, pool)
+    elif type(a) in _SEQ:
+        for b in a:
+            _sym_pool(b, pool)
+    elif _compat.is_symbolic(a):
+        pool.setdefault(a.node.expr, a)
+
+
+def _retrack(meta, args, kwargs):
+    """``meta`` with each symbolic size replaced by the argument's SymInt of the same value.
+
+    The meta kernels run with proxy tracing off, so the SymInts they return are unknown to
+    the graph being traced; used later (a narrow length, a view size) the tracer rebuilds
+    them from their sympy expression, and a later ``0 + s`` registered as the source of a
+    bare symbol makes that rebuild recurse forever (RecursionError in AOTAutograd on the
+    second, automatic-dynamic compile). The arguments' own SymInts are tracked: hand those on.
+    """
+    pool: dict = {}
+    _sym_pool(args, pool)
+    _sym_pool(tuple(kwargs.values()), pool)
+    if not pool:
+        return meta
+
+    def same(s):
+        return pool.get(s.node.expr, s) if _compat.is_symbolic(s) else s
+
+    def fix(m):
+        if type(m) is TensorMeta:
+            return TensorMeta(tuple([same(s) for s in m.shape]), tuple([same(s) for s in m.stride]), m.dtype, same(m.offset))
+        if type(m) in _SEQ:
+            return type(m)(fix(x) for x in m)
+        return m
+
+    return fix(meta)
+
+
+def _sym_sig(a, env: list):
+    """``_sig`` for symbolic sizes: a SymInt enters the key as its sympy expression (the
+    shape env it belongs to is collected in ``env``)."""
+    if _compat.is_symbolic(a):
+        env.append(a.node.shape_env)
+        return ("sym", a.node.expr)
+    t = type(a)
+    if t is ShardedTensor:
+        return (a._kit_ctx, _sym_sig(tuple(a.shape), env), _sym_sig(a.stride(), env))
+    if isinstance(a, torch.Tensor):
+        return (t, _sym_sig(tuple(a.shape), env), _sym_sig(a.stride(), env), a.dtype, a.device)
+    if t in _SEQ:
+        return tuple([_sym_sig(b, env) for b in a])
+    return (t, a)
+
+
+def _sym_key(func, args, kwargs):
+    env: list = []
+    key = (func, _sym_sig(args, env), _sym_sig(tuple(kwargs.items()), env))
+    envs = {id(e): e for e in env}
+    if len(envs) != 1:
+        raise TypeError("not one shape env")
+    # The shape env itself (held by the key, so its id is never reused): sizes are only
+    # the same expressions within one trace's shape env.
+    return key + (next(iter(envs.values())),)
 
 
 def global_meta(func, args, kwargs):
-    """The metadata of ``func``'s result on the global tensors (a TensorMeta or a tuple)."""
+    """The metadata of ``func``'s result on the global tensors (a TensorMeta or a tuple).
+
+    Cached per op and argument signature; under dynamic shapes the signature holds the
+    sizes' sympy expressions, so the passes torch.compile makes over one graph (dynamo's,
+    AOTAutograd's metadata and joint traces) and repeated layers compute each op's
+    metadata once instead of re-running its meta kernel on fresh symbolic fake tensors.
+    """
     try:
         key = _key(func, args, kwargs, False)
         hit = _META_CACHE.get(key)
     except TypeError:
-        return _compute_meta(func, args, kwargs)
+        try:
+            key = _sym_key(func, args, kwargs)
+            hit = _META_CACHE.get(key)
+        except TypeError:
+            return _compute_meta(func, args, kwargs)
+        if hit is None:
+            hit = _remember(_META_CACHE, key, _compute_meta(func, args, kwargs))
+        elif _compat.tracing_symbolically():
+            hit = _retrack(hit, args, kwargs)
+        return hit
     if hit is None:
         hit = _remember(_META_CACHE, key, _compute_meta(func, args, kwargs))
     return hit
