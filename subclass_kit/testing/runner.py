@@ -125,11 +125,18 @@ def _selected(name: str, only) -> bool:
     return any(name.startswith(o) for o in only)
 
 
-def _check_only(only, names) -> None:
-    """An ``only`` entry that selects no check is a typo: say so, with the valid names."""
+def _check_only(only, names, *, aoti: bool = False) -> None:
+    """An ``only`` entry that selects no check is a typo: say so, with the valid names.
+    Selecting the opt-in ``aoti`` row without turning it on gets its own advice."""
     if not only or not names:
         return
     bad = [o for o in only if not any(n.startswith(o) for n in names)]
+    off = [o for o in bad if not aoti and "aoti.package".startswith(o)]
+    if off:
+        raise UnknownCheckError(
+            f"check_subclass: only={off} selects the opt-in AOTInductor row, which is off; "
+            "pass aoti=True (CLI: --aoti) to run it"
+        )
     if bad:
         valid = sorted({n.split("[")[0] for n in names} | {n.split(".")[0].split("[")[0] for n in names})
         raise UnknownCheckError(
@@ -213,7 +220,7 @@ def check_subjects(
             plan.extend(c for c in full if _selected(c.name, only))
         runs.append(run)
         plans.append([c for c in plan if not c.late] + [c for c in plan if c.late])
-    _check_only(only, names)
+    _check_only(only, names, aoti=aoti)
     # Families with work to start early for all subjects at once (one child process).
     for family in _families():
         start = getattr(family, "start", None)

@@ -16,13 +16,19 @@ from torch.testing._internal.two_tensor import TwoTensor as TorchTwoTensor
 from subclass_kit import WrapperTensor, fallbacks, inner
 from subclass_kit.examples import TwoTensor
 from subclass_kit.testing import check_subclass
+from subclass_kit.testing.runner import UnknownCheckError
 
 from test_cli import run as run_cli
 
 
 def test_off_by_default_there_is_no_row():
-    report = check_subclass(TwoTensor, backends=("eager",), only=["ctx.hashable", "aoti"])
-    assert [r.name for r in report.rows] == ["ctx.hashable"]
+    report = check_subclass(TwoTensor, backends=("eager",), only=["ctx", "identity.importable"])
+    assert report.rows and not [r.name for r in report.rows if r.name.startswith("aoti")]
+
+
+def test_selecting_the_row_while_it_is_off_says_how_to_turn_it_on():
+    with pytest.raises(UnknownCheckError, match=r"aoti=True \(CLI: --aoti\)"):
+        check_subclass(TwoTensor, backends=("eager",), only=["ctx.hashable", "aoti"])
 
 
 def test_class_without_to_plain_skips_with_the_reason():
