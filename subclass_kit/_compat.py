@@ -111,9 +111,10 @@ def metadata_guard_expected(token: str):
     raise LookupError(f"the checker of {token} is gone (its cache entry was dropped)")
 
 
-def torch_function_mode_enabled() -> bool:
-    """Cheap C check: is any torch-function mode on the stack (export's tracing installs some)?"""
-    return torch._C._is_torch_function_mode_enabled()
+# ``torch_function_mode_enabled()``: is any torch-function mode on the stack (export's
+# tracing installs some)? Bound to the C function itself: the wrapper constructors call it
+# once per op, and a Python wrapper around it would triple its cost.
+torch_function_mode_enabled = torch._C._is_torch_function_mode_enabled
 
 
 def pre_dispatch_export_tracer():

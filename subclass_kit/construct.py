@@ -24,7 +24,12 @@ _STRIDED = torch.strided
 
 
 def from_parts(cls, inners, ctx, size, stride, offset, dtype, device, requires_grad=False):
-    """Trusted construction: no validation. ``inners`` is in declaration order (None = absent)."""
+    """Trusted construction: no validation. ``inners`` is in declaration order (None = absent).
+
+    Every construction must pass here while a torch-function mode is on: that is where
+    export's pre-dispatch tracing records it. A fast path that inlines this (one per op,
+    e.g. ``sharded.tensor.wrap``) may do so only when ``torch_function_mode_enabled()`` is
+    false."""
     if requires_grad or type(offset) is not int or offset != 0:
         r = _compat.make_wrapper_subclass(
             cls,

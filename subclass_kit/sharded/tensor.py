@@ -244,11 +244,15 @@ def wrap(local, mesh, placements, coord, shape, stride, dtype=None, offset=0, re
     """Trusted construction (no checks): the dispatch and conversion paths use it."""
     dtype = local.dtype if dtype is None else dtype
     ctx = _ctx_fast(mesh, placements, coord, dtype)
-    if requires_grad or type(offset) is not int or offset != 0:
+    if requires_grad or type(offset) is not int or offset != 0 or _tf_mode_on():
+        # from_parts is where every construction meets export's pre-dispatch tracing: under
+        # a torch-function mode (user-level code, maybe torch.export) it records this
+        # construction, without which the tracer refuses every op on the result.
         out = from_parts(ShardedTensor, (local,), ctx, shape, stride, offset, dtype, local.device, requires_grad)
         d = out.__dict__
     else:
-        # from_parts' common case, inlined: this runs once per op.
+        # from_parts' common case, inlined: this runs once per op (inside an op's dispatch
+        # the torch-function modes are off, so that is where this branch runs).
         out = _make(ShardedTensor, shape, strides=stride, dtype=dtype, device=local.device)
         d = out.__dict__
         d["local"] = local
@@ -260,6 +264,7 @@ def wrap(local, mesh, placements, coord, shape, stride, dtype=None, offset=0, re
 
 
 _make = _kit_compat.make_wrapper_subclass
+_tf_mode_on = _kit_compat.torch_function_mode_enabled
 
 
 def relayout(x: ShardedTensor, placements: tuple, shape=None, stride=None) -> ShardedTensor:

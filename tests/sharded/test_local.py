@@ -5,6 +5,8 @@ the tensor and the fix."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from expecttest import assert_expected_inline
@@ -141,6 +143,23 @@ def test_compiled_conversions_on_one_rank_one_graph():
     out[0].sum().backward()
     torch.testing.assert_close(x.grad, torch.full((6, 3), 2.0) @ w.to_local().detach().t())
     assert cnt.frame_count == 1 and isinstance(w.grad, ShardedTensor)
+
+
+@pytest.mark.parametrize("strict", [False, True], ids=["nonstrict", "strict"])
+def test_export_of_a_tp_mlp_on_one_rank(strict):
+    # Colwise/Rowwise build ShardedTensors from traced activations in their hooks (the
+    # ops' fast construction path): export's pre-dispatch tracing must record each, or
+    # F.linear on it fails with "Unable to cast NotImplemented to Tensor".
+    torch.manual_seed(0)
+    dense = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 4)).eval()
+    tp = parallelize(copy.deepcopy(dense), LOCAL, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    batch = torch.export.Dim("batch", min=2, max=64)
+    with torch.no_grad():
+        ep = torch.export.export(tp, (torch.randn(5, 6),), strict=strict, dynamic_shapes=({0: batch},))
+        assert any(n.target is torch.ops.higher_order.flat_apply for n in ep.graph.nodes)
+        for b in (3, 9):
+            x = torch.randn(b, 6)
+            torch.testing.assert_close(ep.module()(x), dense(x))
 
 
 def test_conformance_on_samples():
