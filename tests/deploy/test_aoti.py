@@ -79,7 +79,8 @@ def test_packaging_leaves_the_inductor_config_as_it_was(packages):
     # left there, they change every later FX graph / AOTAutograd cache key in the process
     # (a warm cache from a fresh process then misses; tests/guards/test_cache_hits.py).
     before, after = _CONFIG["before"], _CONFIG["after"]
-    changed = {k: (before.get(k), after.get(k)) for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    keys = before.keys() | after.keys()
+    changed = {k: (before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)}
     assert not changed, changed
 
 
