@@ -155,11 +155,28 @@ def unwrap_tensor_subclass_parameters(module):
 
 
 def aoti_compile_and_package(ep, package_path, inductor_configs=None):
-    import torch._inductor
+    """torch's AOTInductor compile, leaving ``torch._inductor.config`` as it found it.
 
-    return torch._inductor.aoti_compile_and_package(
-        ep, package_path=package_path, inductor_configs=inductor_configs
-    )
+    torch 2.13 writes the package's device facts (``AOTI_DEVICE_KEY``, ``AOTI_PLATFORM``,
+    ``AOTI_CPU_ISA``, ...) into the dict ``config.aot_inductor.metadata`` *in place*, and
+    ``config.patch`` does not undo an in-place change. That dict is part of every later FX
+    graph and AOTAutograd cache key in the process, so after one AOTI compile every
+    ``torch.compile`` keys differently from a fresh process: a warm cache written by this
+    process misses in the next one and vice versa. The dict's contents are restored here."""
+    import torch._inductor
+    from torch._inductor import config
+
+    metadata = config.aot_inductor.metadata
+    saved = dict(metadata)
+    try:
+        return torch._inductor.aoti_compile_and_package(
+            ep, package_path=package_path, inductor_configs=inductor_configs
+        )
+    finally:
+        metadata.clear()
+        metadata.update(saved)
+        if config.aot_inductor.metadata is not metadata:  # replaced rather than mutated
+            config.aot_inductor.metadata = metadata
 
 
 def aoti_load_package(path):

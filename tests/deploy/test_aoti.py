@@ -41,6 +41,7 @@ CELLS = [
     ("BlockScaled", False, "parametrized"),
 ]
 BATCHES = (3, 100)  # exported at batch 6
+_CONFIG: dict = {}  # torch._inductor.config before / after building the packages
 
 
 def _cell_id(cell) -> str:
@@ -52,6 +53,7 @@ def _cell_id(cell) -> str:
 def packages(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("aoti")
     built = {}
+    _CONFIG["before"] = torch._inductor.config.save_config_portable()
     for cell in CELLS:
         name, strict, form = cell
         m = build(name, form)
@@ -68,7 +70,18 @@ def packages(tmp_path_factory):
             "module": m, "package": path, "data": str(data), "pairs": pairs,
             "compile_s": seconds, "size": os.path.getsize(path),
         }
+    _CONFIG["after"] = torch._inductor.config.save_config_portable()
     return built
+
+
+def test_packaging_leaves_the_inductor_config_as_it_was(packages):
+    # torch writes the package's device facts into config.aot_inductor.metadata in place;
+    # left there, they change every later FX graph / AOTAutograd cache key in the process
+    # (a warm cache from a fresh process then misses; tests/guards/test_cache_hits.py).
+    before, after = _CONFIG["before"], _CONFIG["after"]
+    keys = before.keys() | after.keys()
+    changed = {k: (before.get(k), after.get(k)) for k in keys if before.get(k) != after.get(k)}
+    assert not changed, changed
 
 
 @pytest.mark.parametrize("cell", CELLS, ids=_cell_id)
