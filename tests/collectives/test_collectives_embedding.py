@@ -30,7 +30,7 @@ from ._harness import world
 
 pytestmark = pytest.mark.dist
 
-VOCAB, DIM, SEQ, STEPS, LATE = 32, 16, 8, 4, 0.25
+VOCAB, DIM, SEQ, STEPS, LATE = 32, 16, 8, 4, 0.5
 
 
 class Block(torch.nn.Module):
@@ -89,6 +89,9 @@ def _check_embedding_feeds_compiled_block(backend: str):
     compiled = torch.compile(block, backend=backend, fullgraph=True)
     ids, target = _batch(0)
     compiled(torch.zeros(SEQ, DIM), target)  # compile now, so the next call runs at once
+    # Start together: a rank that arrived early would sleep its LATE off before rank 0 even
+    # issued the gather, and the gather could then finish before rank 0 reads the buffer.
+    dist.barrier()
     h = _embed(emb, ids)
     raw_loss = compiled(h.elem.detach(), target).item()  # no wait: reads the buffer early
     waited = h.trigger_wait()
