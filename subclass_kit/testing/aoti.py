@@ -23,7 +23,7 @@ import torch
 
 from .compiled import composite, guard_cases
 from .ops import INPLACE
-from .runner import Check, Fail, Skip
+from .check import Check, Fail, Skip
 from .subject import describe
 
 __all__ = ["plan"]

@@ -15,7 +15,7 @@ import torch
 from . import _compat
 from .compare import dense_difference, difference
 from .compiled import explain_error, usable_cases
-from .runner import Check, Fail, Skip
+from .check import Check, Fail, Skip
 from .subject import dense, describe, flatten
 
 __all__ = ["plan"]

@@ -18,7 +18,7 @@ import torch
 from . import _compat
 from .compare import difference
 from .ops import VIEW
-from .runner import Check, Fail, Skip
+from .check import Check, Fail, Skip
 from .subject import describe, flatten
 
 __all__ = ["plan", "composite", "explain_error", "compile_and_run", "usable_cases", "guard_cases"]

@@ -19,7 +19,7 @@ import pickle
 
 import torch
 
-from .runner import Check, Fail
+from .check import Check, Fail
 from .subject import describe, flatten
 
 __all__ = ["plan", "walk"]

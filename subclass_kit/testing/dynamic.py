@@ -21,7 +21,7 @@ import torch
 from . import _compat
 from .compare import difference
 from .compiled import composite, compile_and_run, explain_error, guard_cases, usable_cases
-from .runner import Check, Fail, Skip
+from .check import Check, Fail, Skip
 from .subject import describe, flatten, inner_shapes_for, resized
 
 __all__ = ["plan", "sweep_sizes"]

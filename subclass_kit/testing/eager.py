@@ -14,7 +14,7 @@ import torch
 from . import _compat
 from .compare import dense_difference, difference
 from .ops import INPLACE, VIEW
-from .runner import Check, Fail, Skip
+from .check import Check, Fail, Skip
 from .subject import dense, describe, flatten
 
 __all__ = ["plan"]

@@ -13,7 +13,7 @@ from . import _compat
 from .compare import difference
 from .compiled import composite
 from .ops import INPLACE
-from .runner import Check, Fail, Skip
+from .check import Check, Fail, Skip
 from .subject import describe
 
 __all__ = ["plan"]

@@ -25,7 +25,7 @@ import sys
 import time
 
 from . import _hashing
-from .runner import Check, Fail, Skip
+from .check import Check, Fail, Skip, selected
 from .subject import describe, flatten
 
 __all__ = ["plan"]
@@ -48,12 +48,11 @@ def plan(run) -> list:
 def start(runs) -> None:
     """Send every subject's samples to ONE fresh interpreter now; rows collect the answer
     at the end of their subject, so the child's start-up overlaps the other checks."""
-    from .runner import _selected
 
     sendable = []
     for run in runs:
         state = run.state.setdefault("identity", {})
-        if not _selected("identity.stable_hash", run.only):
+        if not selected("identity.stable_hash", run.only):
             continue
         cls = run.cls
         if "<locals>" in cls.__qualname__ or cls.__module__ == "__main__":

@@ -9,7 +9,7 @@ import torch
 
 from . import _compat
 from .compare import difference
-from .runner import Check, Fail
+from .check import Check, Fail
 from .subject import describe, flatten
 
 __all__ = ["plan"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from . import _compat
-from .runner import Check, Fail, Skip
+from .check import Check, Fail, Skip
 from .subject import describe, flatten
 
 __all__ = ["plan"]

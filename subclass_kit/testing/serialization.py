@@ -16,7 +16,7 @@ import torch
 
 from . import _compat
 from .compare import difference
-from .runner import Check, Fail, Skip
+from .check import Check, Fail, Skip
 from .subject import describe
 
 __all__ = ["plan", "allowed_globals"]
