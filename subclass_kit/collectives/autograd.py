@@ -24,7 +24,7 @@ from . import _compat
 from .act import AsyncCollectiveTensor
 from .errors import CollectiveArgumentError
 from .groups import GroupLike, GroupRef, resolve_group
-from .ops import _issue, _reduce_op, _splits, _check_dim, _chunk_cat
+from ._common import _check_dim, _chunk_cat, _issue, _reduce_op, _splits
 
 __all__ = [
     "all_reduce_autograd",

@@ -19,7 +19,7 @@ import torch
 from . import _compat
 from .errors import CollectiveArgumentError
 from .groups import GroupLike, resolve_group
-from .ops import _check_dim, _issue_many, _reduce_op
+from ._common import _check_dim, _issue_many, _reduce_op
 
 __all__ = ["all_reduce_coalesced", "all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced"]
 

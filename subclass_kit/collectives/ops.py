@@ -25,11 +25,14 @@ from typing import Sequence
 
 import torch
 
-from ..compiling import is_compiling
-from . import _compat
-from .act import AsyncCollectiveTensor, pending
-from .errors import CollectiveArgumentError, CollectiveError
-from .groups import GroupLike, GroupRef, resolve_group
+from ._common import (
+    REDUCE_OPS, _all_gather, _all_reduce, _all_to_all, _broadcast, _check_dim, _chunk_cat, _issue,
+    _nograd, _reduce_op, _reduce_scatter, _splits, _tracing, _wait_op, _wants_grad,
+)
+from .act import AsyncCollectiveTensor
+from .autograd import all_gather_tensor_autograd, all_reduce_autograd, all_to_all_single_autograd, reduce_scatter_tensor_autograd
+from .errors import CollectiveArgumentError
+from .groups import GroupLike, resolve_group
 
 __all__ = [
     "all_reduce",
@@ -40,85 +43,6 @@ __all__ = [
     "wait_tensor",
     "REDUCE_OPS",
 ]
-
-_ops = _compat.funcol_ops
-_wait_op = _compat.wait_op
-_all_reduce = _ops.all_reduce.default
-_all_gather = _ops.all_gather_into_tensor.default
-_reduce_scatter = _ops.reduce_scatter_tensor.default
-_all_to_all = _ops.all_to_all_single.default
-_broadcast = _ops.broadcast.default
-
-REDUCE_OPS = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor")
-_REDUCE_OPS = frozenset(REDUCE_OPS)
-
-
-def _tracing() -> bool:
-    return is_compiling() or _compat.in_fake_or_proxy_mode()
-
-
-def _reduce_op(op, where: str) -> str:
-    if isinstance(op, str):
-        name = op.lower()
-    else:
-        # A torch.distributed.ReduceOp member (ReduceOp.SUM) names itself.
-        name = getattr(op, "name", None)
-        name = name.lower() if isinstance(name, str) else None
-    if name not in _REDUCE_OPS:
-        raise CollectiveArgumentError(
-            f"subclass_kit.collectives.{where}: unknown reduce op {op!r}; use one of "
-            f"{list(REDUCE_OPS)}."
-        )
-    return name
-
-
-def _issue(where: str, group: GroupRef, fn, *args):
-    """Run the native op; in eager wrap its output as a pending AsyncCollectiveTensor."""
-    if _tracing():
-        return _wait_op(fn(*args))
-    try:
-        out = fn(*args)
-    except RuntimeError as e:
-        raise CollectiveError(
-            f"subclass_kit.collectives.{where} on group {group.name!r} ({group.size} ranks) "
-            f"could not be issued: {e}"
-        ) from e
-    return pending(out, (where, group))
-
-
-def _issue_many(where: str, group: GroupRef, fn, *args) -> list:
-    """Run a native coalesced op (a list of outputs); in eager each output is pending."""
-    if _tracing():
-        return [_wait_op(o) for o in fn(*args)]
-    try:
-        outs = fn(*args)
-    except RuntimeError as e:
-        raise CollectiveError(
-            f"subclass_kit.collectives.{where} on group {group.name!r} ({group.size} ranks) "
-            f"could not be issued: {e}"
-        ) from e
-    return [pending(o, (where, group)) for o in outs]
-
-
-def _nograd(t: torch.Tensor) -> torch.Tensor:
-    # torch 2.13 registers autograd on the native ops; the plain ops are issued on a
-    # detached input (a differentiable call goes to the *_autograd variant instead).
-    return t.detach() if t.requires_grad else t
-
-
-def _wants_grad(t: torch.Tensor) -> bool:
-    return t.requires_grad and torch.is_grad_enabled()
-
-
-def _check_dim(t: torch.Tensor, dim: int, where: str, what: str) -> int:
-    nd = t.dim()
-    if not -nd <= dim < max(nd, 1):
-        raise CollectiveArgumentError(
-            f"subclass_kit.collectives.{where}: {what}={dim} is out of range for a "
-            f"{nd}-D tensor of shape {tuple(t.shape)}."
-        )
-    return dim % nd if nd else 0
-
 
 def all_reduce(t: torch.Tensor, op, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
     """Reduce ``t`` over the ranks of ``group``; every rank gets the result.
@@ -139,16 +63,10 @@ def all_reduce(t: torch.Tensor, op, group: GroupLike = None, *, mesh_dim=None) -
         AsyncCollectiveTensor(tensor([2., 2.]))
     """
     if _wants_grad(t):
-        from .autograd import all_reduce_autograd
-
         return all_reduce_autograd(t, op, group, mesh_dim=mesh_dim)
     g = resolve_group(group, mesh_dim, where="all_reduce")
     name = _reduce_op(op, "all_reduce")
     return _issue("all_reduce", g, _all_reduce, _nograd(t), name, g.name)
-
-
-def _chunk_cat(out: torch.Tensor, n: int, dim: int) -> torch.Tensor:
-    return torch.cat(torch.chunk(out, n, dim=0), dim=dim)
 
 
 def all_gather_tensor(t: torch.Tensor, gather_dim: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
@@ -169,8 +87,6 @@ def all_gather_tensor(t: torch.Tensor, gather_dim: int, group: GroupLike = None,
         tensor([[0., 0., 1., 1.]])
     """
     if _wants_grad(t):
-        from .autograd import all_gather_tensor_autograd
-
         return all_gather_tensor_autograd(t, gather_dim, group, mesh_dim=mesh_dim)
     g = resolve_group(group, mesh_dim, where="all_gather_tensor")
     gather_dim = _check_dim(t, gather_dim, "all_gather_tensor", "gather_dim")
@@ -194,8 +110,6 @@ def reduce_scatter_tensor(t: torch.Tensor, op, scatter_dim: int, group: GroupLik
         AsyncCollectiveTensor(tensor([0., 2.]))
     """
     if _wants_grad(t):
-        from .autograd import reduce_scatter_tensor_autograd
-
         return reduce_scatter_tensor_autograd(t, op, scatter_dim, group, mesh_dim=mesh_dim)
     where = "reduce_scatter_tensor"
     g = resolve_group(group, mesh_dim, where=where)
@@ -212,35 +126,6 @@ def reduce_scatter_tensor(t: torch.Tensor, op, scatter_dim: int, group: GroupLik
         # The native op scatters dim 0: bring rank i's chunk of scatter_dim to block i of dim 0.
         x = torch.cat(torch.chunk(x, g.size, dim=scatter_dim), dim=0)
     return _issue(where, g, _reduce_scatter, x.contiguous(), name, g.size, g.name)
-
-
-def _splits(t, output_split_sizes, input_split_sizes, g: GroupRef, where: str):
-    if (output_split_sizes is None) != (input_split_sizes is None):
-        raise CollectiveArgumentError(
-            f"subclass_kit.collectives.{where}: pass both output_split_sizes and "
-            "input_split_sizes, or neither (even splits)."
-        )
-    if output_split_sizes is None:
-        if t.dim() == 0 or t.size(0) % g.size != 0:
-            raise CollectiveArgumentError(
-                f"subclass_kit.collectives.{where}: even splits need dim 0 (size "
-                f"{t.size(0) if t.dim() else 'scalar'}) divisible by the group size {g.size}; "
-                "pass explicit split sizes."
-            )
-        even = [t.size(0) // g.size] * g.size
-        return even, even
-    out_s, in_s = list(output_split_sizes), list(input_split_sizes)
-    if len(out_s) != g.size or len(in_s) != g.size:
-        raise CollectiveArgumentError(
-            f"subclass_kit.collectives.{where}: need one split size per rank ({g.size}); got "
-            f"{len(out_s)} output and {len(in_s)} input split sizes."
-        )
-    if not is_compiling() and sum(in_s) != t.size(0):
-        raise CollectiveArgumentError(
-            f"subclass_kit.collectives.{where}: input_split_sizes {in_s} sum to {sum(in_s)} "
-            f"but dim 0 of the input is {t.size(0)}."
-        )
-    return out_s, in_s
 
 
 def all_to_all_single(
@@ -265,8 +150,6 @@ def all_to_all_single(
         AsyncCollectiveTensor(tensor([ 0., 10., 11.]))
     """
     if _wants_grad(t):
-        from .autograd import all_to_all_single_autograd
-
         return all_to_all_single_autograd(t, output_split_sizes, input_split_sizes, group, mesh_dim=mesh_dim)
     where = "all_to_all_single"
     g = resolve_group(group, mesh_dim, where=where)

@@ -1,0 +1,127 @@
+"""What every collective shares: issuing a native op (pending in eager, waited while
+tracing), reduce-op names, argument checks. ``ops`` (the plain collectives), ``autograd``
+(their differentiable variants) and ``coalesced`` build on it; it imports none of them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..compiling import is_compiling
+from . import _compat
+from .act import pending
+from .errors import CollectiveArgumentError, CollectiveError
+from .groups import GroupRef
+
+__all__ = ["REDUCE_OPS"]
+
+_ops = _compat.funcol_ops
+_wait_op = _compat.wait_op
+_all_reduce = _ops.all_reduce.default
+_all_gather = _ops.all_gather_into_tensor.default
+_reduce_scatter = _ops.reduce_scatter_tensor.default
+_all_to_all = _ops.all_to_all_single.default
+_broadcast = _ops.broadcast.default
+
+REDUCE_OPS = ("sum", "avg", "product", "min", "max", "band", "bor", "bxor")
+_REDUCE_OPS = frozenset(REDUCE_OPS)
+
+
+def _tracing() -> bool:
+    return is_compiling() or _compat.in_fake_or_proxy_mode()
+
+
+def _reduce_op(op, where: str) -> str:
+    if isinstance(op, str):
+        name = op.lower()
+    else:
+        # A torch.distributed.ReduceOp member (ReduceOp.SUM) names itself.
+        name = getattr(op, "name", None)
+        name = name.lower() if isinstance(name, str) else None
+    if name not in _REDUCE_OPS:
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.{where}: unknown reduce op {op!r}; use one of "
+            f"{list(REDUCE_OPS)}."
+        )
+    return name
+
+
+def _issue(where: str, group: GroupRef, fn, *args):
+    """Run the native op; in eager wrap its output as a pending AsyncCollectiveTensor."""
+    if _tracing():
+        return _wait_op(fn(*args))
+    try:
+        out = fn(*args)
+    except RuntimeError as e:
+        raise CollectiveError(
+            f"subclass_kit.collectives.{where} on group {group.name!r} ({group.size} ranks) "
+            f"could not be issued: {e}"
+        ) from e
+    return pending(out, (where, group))
+
+
+def _issue_many(where: str, group: GroupRef, fn, *args) -> list:
+    """Run a native coalesced op (a list of outputs); in eager each output is pending."""
+    if _tracing():
+        return [_wait_op(o) for o in fn(*args)]
+    try:
+        outs = fn(*args)
+    except RuntimeError as e:
+        raise CollectiveError(
+            f"subclass_kit.collectives.{where} on group {group.name!r} ({group.size} ranks) "
+            f"could not be issued: {e}"
+        ) from e
+    return [pending(o, (where, group)) for o in outs]
+
+
+def _nograd(t: torch.Tensor) -> torch.Tensor:
+    # torch 2.13 registers autograd on the native ops; the plain ops are issued on a
+    # detached input (a differentiable call goes to the *_autograd variant instead).
+    return t.detach() if t.requires_grad else t
+
+
+def _wants_grad(t: torch.Tensor) -> bool:
+    return t.requires_grad and torch.is_grad_enabled()
+
+
+def _check_dim(t: torch.Tensor, dim: int, where: str, what: str) -> int:
+    nd = t.dim()
+    if not -nd <= dim < max(nd, 1):
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.{where}: {what}={dim} is out of range for a "
+            f"{nd}-D tensor of shape {tuple(t.shape)}."
+        )
+    return dim % nd if nd else 0
+
+
+def _chunk_cat(out: torch.Tensor, n: int, dim: int) -> torch.Tensor:
+    return torch.cat(torch.chunk(out, n, dim=0), dim=dim)
+
+
+def _splits(t, output_split_sizes, input_split_sizes, g: GroupRef, where: str):
+    if (output_split_sizes is None) != (input_split_sizes is None):
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.{where}: pass both output_split_sizes and "
+            "input_split_sizes, or neither (even splits)."
+        )
+    if output_split_sizes is None:
+        if t.dim() == 0 or t.size(0) % g.size != 0:
+            raise CollectiveArgumentError(
+                f"subclass_kit.collectives.{where}: even splits need dim 0 (size "
+                f"{t.size(0) if t.dim() else 'scalar'}) divisible by the group size {g.size}; "
+                "pass explicit split sizes."
+            )
+        even = [t.size(0) // g.size] * g.size
+        return even, even
+    out_s, in_s = list(output_split_sizes), list(input_split_sizes)
+    if len(out_s) != g.size or len(in_s) != g.size:
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.{where}: need one split size per rank ({g.size}); got "
+            f"{len(out_s)} output and {len(in_s)} input split sizes."
+        )
+    if not is_compiling() and sum(in_s) != t.size(0):
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.{where}: input_split_sizes {in_s} sum to {sum(in_s)} "
+            f"but dim 0 of the input is {t.size(0)}."
+        )
+    return out_s, in_s
