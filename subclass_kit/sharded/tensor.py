@@ -18,13 +18,6 @@ from .placements import Partial, Replicate, Shard, normalize_placements, render
 __all__ = ["ShardedTensor", "wrap", "spec"]
 
 
-def _fallback(func, types, args, kwargs):
-    # Pointwise-tagged ops get the pointwise rule; anything else raises UnsupportedOpError.
-    from .ops._common import fallback
-
-    return fallback(func, types, args, kwargs)
-
-
 class ShardedTensor(WrapperTensor):
     """A global tensor laid out over a DeviceMesh: this rank holds ``local``.
 
@@ -59,8 +52,6 @@ class ShardedTensor(WrapperTensor):
 
     # The ctx's value types, for serialization.allow (torch.load(weights_only=True)).
     __safe_globals__ = (MeshRef, Shard, Replicate, Partial)
-
-    __fallback__ = _fallback
 
     def __new__(cls, local, mesh, placements, coord=None, *, size=None, stride=None, requires_grad=None):
         # Takes a DeviceMesh and any placements sequence, normalized here, so the ctx only

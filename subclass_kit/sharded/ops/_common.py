@@ -13,7 +13,6 @@ from typing import Any, NamedTuple
 
 import torch
 
-from ...dispatch import raise_unsupported
 from .. import _compat
 from ..errors import MeshError, UnsupportedOpError
 from ..placements import Replicate, Shard, render
@@ -22,7 +21,7 @@ from ..tensor import SIG, ShardedTensor, describe, spec, wrap
 
 __all__ = [
     "TensorMeta", "spec_of", "global_meta", "planned", "move", "move_plain", "wrap_out",
-    "aligned", "unsupported", "fallback", "aten", "GATHERED_VIEW", "check_writable",
+    "aligned", "unsupported", "aten", "GATHERED_VIEW", "check_writable",
 ]
 
 aten = torch.ops.aten
@@ -306,15 +305,3 @@ def unsupported(func, args, kwargs, why: str):
         f"(.redistribute(mesh, [Replicate()])), or register a rule with "
         f"@ShardedTensor.implements({func})."
     )
-
-
-def fallback(func, types, args, kwargs):
-    """``ShardedTensor.__fallback__``: pointwise-tagged ops get the pointwise rule, others raise."""
-    from . import pointwise
-
-    h = pointwise.rule_for(func)
-    if h is None:
-        return raise_unsupported(func, types, args, kwargs)
-    ShardedTensor._kit_cache[func] = h
-    return h(func, types, args, kwargs)
-

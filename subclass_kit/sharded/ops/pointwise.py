@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from ... import aliasing
+from ...dispatch import raise_unsupported
 from .. import _compat
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
@@ -177,3 +178,17 @@ def rule_for(func):
 # clone too: the kit's built-in clone keeps the outer strides, but clone(memory_format=...)
 # (what contiguous() runs) must give the global strides the dense clone would have.
 ShardedTensor.implements(aten._to_copy.default, aten.fill_.Scalar, aten.copy_.default, aten.clone.default)(pointwise)
+
+
+def fallback(func, types, args, kwargs):
+    """``ShardedTensor.__fallback__``: pointwise-tagged ops get the pointwise rule, others raise."""
+    h = rule_for(func)
+    if h is None:
+        return raise_unsupported(func, types, args, kwargs)
+    ShardedTensor._kit_cache[func] = h
+    return h(func, types, args, kwargs)
+
+
+# Installed here, where the rule lives: ShardedTensor (the lower layer) does not import its op
+# table. ``subclass_kit.sharded`` imports this package before any op can run.
+ShardedTensor.__fallback__ = staticmethod(fallback)
