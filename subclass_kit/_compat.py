@@ -1,4 +1,5 @@
-"""The one place where subclass_kit touches private torch internals.
+"""The one place where subclass_kit (with its collectives, sharded and testing parts) touches
+private torch internals.
 
 Everything here is a thin alias or a few lines; when torch moves a name, only this module
 changes. Nothing outside this module should spell ``torch._C``, ``torch._dynamo`` or other
@@ -6,6 +7,10 @@ underscore names of torch.
 """
 
 from __future__ import annotations
+
+import contextlib
+import io
+import pickle
 
 import torch
 import torch.utils._pytree as python_pytree  # noqa: F401  (re-exported for subclass_kit.pytree)
@@ -21,6 +26,22 @@ DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
 functionalize_unsafe_set = torch._functionalize_unsafe_set
 sym_check = torch._check
 SymInt = torch.SymInt
+OpOverload = torch._ops.OpOverload
+OpOverloadPacket = torch._ops.OpOverloadPacket
+
+
+def list_backends() -> list:
+    """Every torch.compile backend name dynamo knows (debug and experimental ones included)."""
+    return list(torch._dynamo.list_backends(exclude_tags=()))
+
+
+def is_opaque(v) -> bool:
+    """True for a non-tensor object torch lets ride along as an "inner" value (DTensor's mesh)."""
+    try:
+        from torch._opaque_base import OpaqueBase
+    except ImportError:  # pragma: no cover - older torch
+        return False
+    return isinstance(v, OpaqueBase)
 
 
 def is_compiling() -> bool:
@@ -29,12 +50,6 @@ def is_compiling() -> bool:
     if torch.compiler.is_compiling():
         return True
     return bool(torch.compiler._is_non_strict_tracing())
-
-
-def is_fake(t) -> bool:
-    from torch._subclasses.fake_tensor import is_fake as _is_fake
-
-    return _is_fake(t)
 
 
 def fake_mode_from(t):
@@ -183,3 +198,315 @@ def aoti_load_package(path):
     import torch._inductor
 
     return torch._inductor.aoti_load_package(path)
+
+
+# ---- the checker (subclass_kit.testing) ------------------------------------------------------
+# It needs more of torch's machinery than the base class does: fake modes, shape
+# environments, dynamo's counters and guard-failure log, AOTAutograd's default subclass hash.
+
+@contextlib.contextmanager
+def quiet_torch_logs():
+    """Raise every ``torch.*`` logger to ERROR for the duration (restored after).
+
+    The checker provokes graph breaks and failed traces on purpose; torch logs those as
+    warnings (with whole graphs), which would bury the report. ``SUBCLASS_KIT_CHECK_LOGS=1``
+    keeps them.
+    """
+    import logging
+    import os
+
+    if os.environ.get("SUBCLASS_KIT_CHECK_LOGS") == "1":
+        yield
+        return
+    saved = []
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if (name == "torch" or name.startswith("torch.")) and isinstance(logger, logging.Logger):
+            saved.append((logger, logger.level))
+            logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in saved:
+            logger.setLevel(level)
+
+
+def fake_mode(shape_env=None):
+    """A FakeTensorMode (static shapes unless a ShapeEnv is given)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=False)
+
+
+def shape_env():
+    """A ShapeEnv without duck sizing: equal sizes get distinct symbols, so a class that
+    reads the size of an inner tensor where it should read ``outer_size`` is told apart."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return ShapeEnv(duck_shape=False)
+
+
+def fresh_symint(env, value: int, name: str):
+    """A new backed SymInt with hint ``value`` in ``env``."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+
+    src = ConstantSource(name)
+    sym = env.create_symbol(value, src, dynamic_dim=DimDynamic.DYNAMIC)
+    return env.create_symintnode(sym, hint=value, source=src)
+
+
+def fake_with_source(mode, t, name: str):
+    """A fake copy of ``t`` made with a source (what a jagged NestedTensor needs)."""
+    from torch._dynamo.source import ConstantSource
+
+    return mode.from_tensor(t, source=ConstantSource(name))
+
+
+def symbolic_fake(mode, t, name: str):
+    """A fake copy of plain tensor ``t`` whose every dimension is a fresh symbol."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    ctx = StatelessSymbolicContext(
+        dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim(), constraint_sizes=[None] * t.dim()
+    )
+    return mode.from_tensor(t, symbolic_context=ctx, source=ConstantSource(name))
+
+
+def is_nested_int(v) -> bool:
+    """True for a jagged NestedTensor's ragged size (``j1``)."""
+    from torch.fx.experimental.symbolic_shapes import is_nested_int as _is
+
+    return isinstance(v, torch.SymInt) and bool(_is(v))
+
+
+def has_nested_int(t) -> bool:
+    """True when a tensor's shape holds a nested int (torch's jagged NestedTensor)."""
+    return any(is_nested_int(s) for s in t.shape)
+
+
+def sym_expr(v):
+    """The sympy expression behind a SymInt, or the int itself; a nested int (whose identity
+    depends on how its offsets were made) is ``("nested_int", coeff)``."""
+    if is_nested_int(v):
+        coeff = getattr(v.node, "nested_int_coeff", None)
+        return ("nested_int", coeff() if callable(coeff) else 1)
+    node = getattr(v, "node", None)
+    return node.expr if node is not None else v
+
+
+def same_storage(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """True when two tensors share a storage (also for wrapper subclasses' outer storage)."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    try:
+        return StorageWeakRef(a.untyped_storage()) == StorageWeakRef(b.untyped_storage())
+    except (RuntimeError, NotImplementedError):
+        return False
+
+
+def is_fake(t) -> bool:
+    from torch._subclasses.fake_tensor import is_fake as _is_fake
+
+    return bool(_is_fake(t))
+
+
+def compile_counter(backend: str):
+    """dynamo's counting backend wrapper (``.frame_count`` = number of compiled frames)."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    return CompileCounterWithBackend(backend)
+
+
+def dynamo_reset() -> None:
+    torch._dynamo.reset()
+
+
+def guard_failure_reasons() -> list:
+    """Every recompile reason dynamo recorded since the last reset, oldest first."""
+    out = []
+    for reasons in torch._dynamo.guard_failures.values():
+        out.extend(str(r) for r in reasons)
+    return out
+
+
+def graph_break_reasons(fn, *args) -> list:
+    """Run ``torch._dynamo.explain`` on ``fn(*args)``; the graph-break reasons, one line each."""
+    torch._dynamo.reset()
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            ex = torch._dynamo.explain(fn)(*args)
+    finally:
+        torch._dynamo.reset()
+    return [str(b.reason).strip().splitlines()[0] for b in ex.break_reasons]
+
+
+def _errors():
+    import torch._dynamo.exc as exc
+    from torch._subclasses.fake_tensor import DataDependentOutputException, DynamicOutputShapeException
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    return (
+        (exc.Unsupported, exc.UserError),
+        (GuardOnDataDependentSymNode, DataDependentOutputException, DynamicOutputShapeException),
+    )
+
+
+GRAPH_BREAK_ERRORS, DATA_DEPENDENT_ERRORS = _errors()
+
+
+def default_stable_hash(t, *, canonical: bool = False) -> str:
+    """The hash AOTAutograd's cache uses for a wrapped tensor without ``_stable_hash_for_caching``.
+
+    torch pickles its payload with plain ``pickle.dumps``. Objects that pickle as a bare
+    global name without a ``__module__`` (``torch.contiguous_format``, ``torch.strided``,
+    dtypes) are written under the name of the FIRST module in ``sys.modules`` that holds
+    them -- ``torch._utils`` in a fresh interpreter, but any module that imported torch
+    before torch finished importing (a test module, a library) in another program. So
+    torch's hash depends on the import order of the program computing it. ``canonical=True``
+    computes the same payload with those objects written by their repr instead: the hash
+    torch's would be if that lookup were stable.
+    """
+    import warnings
+
+    from torch._functorch._aot_autograd.autograd_cache import AOTAutogradCachePickler
+
+    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    pickler = AOTAutogradCachePickler(gm)
+    if canonical:
+        pickler._hash_pickled_value_for_cache = lambda v: pickler._hash_bytes_for_cache(_canonical_pickle(v))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pickler._default_stable_hash_for_caching(t)
+
+
+_BY_NAME_TYPES = (torch.dtype, torch.memory_format, torch.layout, torch.qscheme)
+
+
+class _CanonicalPickler(pickle.Pickler):
+    def reducer_override(self, obj):
+        if isinstance(obj, _BY_NAME_TYPES):
+            return (str, (repr(obj),))
+        return NotImplemented
+
+
+def _canonical_pickle(value) -> bytes:
+    buf = io.BytesIO()
+    _CanonicalPickler(buf, protocol=pickle.DEFAULT_PROTOCOL).dump(value)
+    return buf.getvalue()
+
+
+def export(module, args, *, strict: bool = False):
+    return torch.export.export(module, args, strict=strict)
+
+
+def export_round_trip(ep, allowed=()):
+    """``torch.export.save`` then ``torch.export.load`` through memory, with ``allowed``
+    globals permitted for the weights-only load of the example inputs."""
+    import logging
+
+    buf = io.BytesIO()
+    torch.export.save(ep, buf)
+    buf.seek(0)
+    # torch logs (and, in 2.13, mis-formats) a warning when it falls back to a full unpickle
+    # of example inputs; the result is what we check, so keep stderr quiet.
+    log = logging.getLogger("torch._export.serde.serialize")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        with torch.serialization.safe_globals(list(allowed)):
+            return torch.export.load(buf)
+    finally:
+        log.setLevel(level)
+
+
+# ---- ShardedTensor (subclass_kit.sharded) -------------------------------------------------------
+
+POINTWISE_TAG = torch.Tag.pointwise
+allow_in_graph = torch._dynamo.allow_in_graph
+
+
+def resolve_group_name(name: str):
+    """The ProcessGroup registered under ``name`` (raises if there is none)."""
+    from torch.distributed.distributed_c10d import _resolve_process_group
+
+    return _resolve_process_group(name)
+
+
+_FAKE_MODE = None
+
+
+@contextlib.contextmanager
+def meta_mode():
+    """A fake mode to compute an op's global output metadata in, never recorded in a graph.
+
+    Reuses the fake mode of the trace in progress (so symbolic sizes stay in its shape env),
+    else one module-level mode; proxy tracing is off so nothing lands in the graph.
+    """
+    global _FAKE_MODE
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
+
+    mode = detect_fake_mode()
+    if mode is None:
+        if _FAKE_MODE is None:
+            _FAKE_MODE = FakeTensorMode()
+        mode = _FAKE_MODE
+    with mode, disable_proxy_modes_tracing():
+        yield mode
+
+
+def tracing_symbolically() -> bool:
+    """True while a proxy trace (make_fx / AOTAutograd) records the graph."""
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+
+    return get_proxy_mode() is not None
+
+
+def is_symbolic(x) -> bool:
+    """True for a SymInt/SymFloat/SymBool (a size that is not a plain int)."""
+    return isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+
+def register_compile_constants(members: dict) -> None:
+    """Let dynamo treat instances of each class as compile-time constants guarded by value
+    (``==``), as torch registers DTensor's placements: reading them from an intermediate
+    inside ``torch.compile(fullgraph=True)`` traces without a graph break.
+
+    ``members``: ``{cls: names}``, the attributes and methods dynamo may evaluate on the
+    real object at trace time (the result is baked into the graph as a constant). Each
+    class needs ``__eq__``, ``__hash__`` and ``__fx_repr__``.
+    """
+    from torch._library.opaque_object import MemberType, is_opaque_type, register_opaque_type
+
+    for cls, names in members.items():
+        if not is_opaque_type(cls):
+            register_opaque_type(cls, typ="value", members={n: MemberType.USE_REAL for n in names})
+
+
+def real_tensors():
+    """A context in which real tensors compute (the fake mode of a trace in progress is
+    suspended): for metadata held in real tensors, like a DeviceMesh's rank map."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    return unset_fake_temporarily()
+
+
+def register_mesh_member(name: str, fn) -> None:
+    """Give torch's ``DeviceMesh`` a method ``name`` (``fn(mesh)``) that dynamo evaluates on
+    the real mesh at trace time and bakes in as a constant.
+
+    torch registers DeviceMesh with dynamo as an opaque reference type guarded by value
+    (its rank map, layout, device type and dim names), listing the members dynamo may read;
+    a function of the mesh that dynamo calls as a constant function instead would guard on
+    the mesh's identity, so every new but equal mesh would recompile. Adding our member to
+    that list keeps torch's value guard.
+    """
+    from torch._library.opaque_object import _OPAQUE_TYPES, MemberType
+    from torch.distributed.device_mesh import DeviceMesh, _register_distributed_opaque_types
+
+    _register_distributed_opaque_types()
+    setattr(DeviceMesh, name, fn)
+    _OPAQUE_TYPES[DeviceMesh].members[name] = MemberType.USE_REAL

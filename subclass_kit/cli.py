@@ -30,10 +30,11 @@ import sys
 import time
 import warnings
 
+from .testing.parametrize import BACKENDS as DEFAULT_BACKENDS
+
 __all__ = ["main", "UsageError"]
 
 PROG = "subclass-kit"
-DEFAULT_BACKENDS = ("eager", "aot_eager", "inductor")
 # Modules whose public classes with __samples__ are the built-in exemplars.
 EXEMPLAR_MODULES = ("subclass_kit.examples", "subclass_kit.collectives", "subclass_kit.sharded")
 DISTRIBUTED_MODULES = ("subclass_kit.collectives", "subclass_kit.sharded")
@@ -280,9 +281,9 @@ def _cmd_check(args) -> int:
 def _validate_backends(backends) -> None:
     if all(b in DEFAULT_BACKENDS for b in backends):
         return
-    import torch
+    from . import _compat
 
-    known = set(torch._dynamo.list_backends(exclude_tags=())) | set(DEFAULT_BACKENDS)
+    known = set(_compat.list_backends()) | set(DEFAULT_BACKENDS)
     for b in backends:
         if b not in known:
             close = difflib.get_close_matches(b, sorted(known), n=3)
@@ -347,7 +348,7 @@ def _cmd_explain(args) -> int:
 def _explain_fallback(fn, calls, backend, dynamic) -> int:
     import torch
 
-    from .testing import _compat
+    from . import _compat
 
     _compat.dynamo_reset()
     cnt = _compat.compile_counter(backend)

@@ -15,7 +15,7 @@ import torch
 
 from .. import collectives as _coll
 from ..compiling import is_compiling
-from . import _compat
+from .. import _compat
 from .comm import waited
 from .errors import MeshError, PlacementError, ShardShapeError
 from .layout import contiguous_strides, even_global_shape, local_shape

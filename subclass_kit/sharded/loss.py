@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import collectives as _coll
-from . import _compat
+from .. import _compat
 from .comm import waited
 from .convert import redistribute, to_local
 from .errors import PlacementError

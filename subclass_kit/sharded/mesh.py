@@ -122,7 +122,7 @@ class MeshRef:
                 )
             m = init_device_mesh(self.device_type, (1,))
         else:
-            from . import _compat
+            from .. import _compat
 
             try:
                 groups = [_compat.resolve_group_name(n) for n in self.group_names]
@@ -167,7 +167,7 @@ def _describe(mesh) -> MeshRef:
             f"expected a torch DeviceMesh (e.g. init_device_mesh('cpu', (world,))) or a MeshRef, "
             f"got {type(mesh).__name__} {mesh!r:.80}."
         )
-    from . import _compat
+    from .. import _compat
 
     with _compat.real_tensors():  # the rank map is a real tensor, also while tracing
         full = mesh.mesh
@@ -209,7 +209,7 @@ def mesh_ref(mesh) -> MeshRef:
 
 
 def _register() -> None:
-    from . import _compat
+    from .. import _compat
 
     _compat.register_mesh_member("_subclass_kit_mesh_ref", _describe)
 

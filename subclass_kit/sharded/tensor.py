@@ -287,10 +287,8 @@ assert ShardedTensor.__kit_spec__.meta_names == ("mesh", "placements", "coord")
 
 
 def _register_compile_constants() -> None:
-    from . import _compat
-
     common = ("is_shard", "is_replicate", "is_partial", "__eq__", "__ne__", "__hash__", "__repr__")
-    _compat.register_compile_constants({
+    _kit_compat.register_compile_constants({
         Shard: (*common, "dim"),
         Replicate: common,
         Partial: (*common, "op"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _compat
+from .. import _compat
 from .compare import dense_difference, difference
 from .compiled import explain_error, usable_cases
 from .check import Check, Fail, Skip

@@ -15,7 +15,7 @@ import traceback
 
 import torch
 
-from . import _compat
+from .. import _compat
 from .compare import difference
 from .ops import VIEW
 from .check import Check, Fail, Skip

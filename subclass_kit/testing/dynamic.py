@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _compat
+from .. import _compat
 from .compare import difference
 from .compiled import composite, compile_and_run, explain_error, guard_cases, usable_cases
 from .check import Check, Fail, Skip

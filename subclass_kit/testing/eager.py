@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _compat
+from .. import _compat
 from .compare import dense_difference, difference
 from .ops import INPLACE, VIEW
 from .check import Check, Fail, Skip

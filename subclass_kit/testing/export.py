@@ -9,7 +9,7 @@ import warnings
 
 import torch
 
-from . import _compat
+from .. import _compat
 from .compare import difference
 from .compiled import composite
 from .ops import INPLACE

@@ -7,7 +7,7 @@ import copy
 
 import torch
 
-from . import _compat
+from .. import _compat
 from .compare import difference
 from .check import Check, Fail
 from .subject import describe, flatten

@@ -14,31 +14,14 @@ from typing import Callable
 
 import torch
 
+from .. import _compat
+from ..opname import op_name
+
 __all__ = ["OpCase", "default_cases", "user_cases", "op_name"]
 
 aten = torch.ops.aten
 
 VIEW, INPLACE, FUNCTIONAL = "view", "inplace", "functional"
-
-
-def op_name(op) -> str:
-    """``aten.mul.Tensor`` for an OpOverload, ``aten.mul`` for a packet, else the qualname.
-
-    Example:
-        >>> import torch
-        >>> op_name(torch.ops.aten.mul.Tensor), op_name(torch.neg)
-        ('aten.mul.Tensor', 'neg')
-    """
-    if isinstance(op, torch._ops.OpOverload):
-        ns, rest = op.name().split("::")
-        name, _, overload = rest.partition(".")
-        return f"{ns}.{name}.{overload or 'default'}"
-    if isinstance(op, torch._ops.OpOverloadPacket):
-        return f"aten.{op.__name__}" if "::" not in str(op) else str(op).replace("::", ".")
-    name = getattr(op, "__qualname__", None) or ""
-    if not name or name.startswith("_"):  # torch's builtins: _VariableFunctionsClass.neg
-        name = getattr(op, "__name__", None) or repr(op)
-    return name
 
 
 @dataclass(frozen=True)
@@ -68,7 +51,7 @@ class OpCase:
 
 
 def _kind(op) -> str:
-    if isinstance(op, torch._ops.OpOverload):
+    if isinstance(op, _compat.OpOverload):
         if op.is_view:
             return VIEW
         if op._schema.is_mutable:
@@ -78,7 +61,7 @@ def _kind(op) -> str:
 
 def _deterministic(op) -> bool:
     """False for ops whose values are random or uninitialized (rand_like, empty_like)."""
-    if not isinstance(op, torch._ops.OpOverload):
+    if not isinstance(op, _compat.OpOverload):
         return True
     if torch.Tag.nondeterministic_seeded in op.tags:
         return False
@@ -175,7 +158,7 @@ def default_cases(cls) -> list:
         cases.append(c)
     known = {c.op for c in cases}
     for op in sorted(registered, key=op_name):
-        if isinstance(op, torch._ops.OpOverloadPacket):
+        if isinstance(op, _compat.OpOverloadPacket):
             op = getattr(op, "default", None)
         if op is None or op in known or not _unary_schema(op):
             continue
@@ -201,7 +184,7 @@ def user_cases(ops) -> list:
     """Cases for ``ops=[...]``: aten overloads or callables, each called as ``op(x)``."""
     cases = []
     for op in ops:
-        if isinstance(op, torch._ops.OpOverloadPacket):
+        if isinstance(op, _compat.OpOverloadPacket):
             op = op.default
         if not callable(op):
             raise TypeError(f"ops= takes aten overloads or callables; got {op!r}")

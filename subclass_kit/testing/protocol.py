@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _compat
+from .. import _compat
 from .check import Check, Fail, Skip
 from .subject import describe, flatten
 
@@ -57,15 +57,6 @@ def _optional_hooks(run):
     return f"{run.name} lacks " + "; ".join(lacks)
 
 
-def _is_opaque(v) -> bool:
-    # torch lets a few non-tensor objects ride along as "inner" values (DTensor's mesh).
-    try:
-        from torch._opaque_base import OpaqueBase
-    except ImportError:  # pragma: no cover - older torch
-        return False
-    return isinstance(v, OpaqueBase)
-
-
 def _flatten(run):
     cls = run.cls
     lacks = [m for m in ("__tensor_flatten__", "__tensor_unflatten__", "__torch_dispatch__") if not hasattr(cls, m)]
@@ -100,7 +91,7 @@ def _flatten(run):
                     f"store the inner tensor as self.{n}, or list the names it is stored under",
                 )
             v = getattr(x, n)
-            if not isinstance(v, torch.Tensor) and not _is_opaque(v):
+            if not isinstance(v, torch.Tensor) and not _compat.is_opaque(v):
                 raise Fail(
                     f"{run.name}.__tensor_flatten__() lists {n!r}, but {n!r} is a {type(v).__name__}, "
                     "not a tensor",

@@ -13,15 +13,16 @@ import time
 import traceback
 from typing import Iterable
 
-from . import _compat, aoti, autograd, compiled, ctx, dynamic, eager, export, identity, objects, protocol, serialization
+from .. import _compat
+from . import aoti, autograd, compiled, ctx, dynamic, eager, export, identity, objects, protocol, serialization
 from .check import Check, Fail, Run, Skip, selected as _selected
+from .parametrize import BACKENDS
 from .ops import default_cases, user_cases
 from .report import FAIL, PASS, SKIP, CheckReport, CheckRow
 from .subject import Subject, resolve
 
 __all__ = ["check_subclass", "check_subjects", "Check", "Fail", "Skip", "Run", "BACKENDS"]
 
-BACKENDS = ("eager", "aot_eager", "inductor")
 
 
 class UnknownCheckError(ValueError):
@@ -88,9 +89,7 @@ def _valid_backends(backends) -> tuple:
     backends = tuple(backends)
     names = [b for b in backends if isinstance(b, str) and b not in BACKENDS]
     if names:
-        import torch
-
-        known = set(torch._dynamo.list_backends(exclude_tags=())) | set(BACKENDS)
+        known = set(_compat.list_backends()) | set(BACKENDS)
         bad = [b for b in names if b not in known]
         if bad:
             raise ValueError(

@@ -14,7 +14,7 @@ import re
 
 import torch
 
-from . import _compat
+from .. import _compat
 from .compare import difference
 from .check import Check, Fail, Skip
 from .subject import describe

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _compat
+from .. import _compat
 from .errors import SamplesError
 
 __all__ = ["Subject", "resolve", "describe", "flatten", "inner_values", "dense", "has_to_plain", "resized"]

@@ -15,7 +15,7 @@ import textwrap
 import torch
 
 from subclass_kit.testing import check_subclass
-from subclass_kit.testing._compat import default_stable_hash
+from subclass_kit._compat import default_stable_hash
 
 # A program whose first torch importer is a module (not __main__): torch's default hash of
 # TwoTensor differs from a fresh interpreter's, the canonical payload does not, and the row
@@ -29,7 +29,7 @@ _EARLY_IMPORTER = textwrap.dedent(
     early.torch = torch
     from torch.testing._internal.two_tensor import TwoTensor
     from subclass_kit.testing import check_subclass
-    from subclass_kit.testing._compat import default_stable_hash
+    from subclass_kit._compat import default_stable_hash
 
     t = TwoTensor(torch.randn(4, 3), torch.randn(4, 3))
     print(default_stable_hash(t))

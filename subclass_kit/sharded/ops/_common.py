@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .. import _compat
+from ... import _compat
 from ..errors import MeshError, UnsupportedOpError
 from ..placements import Replicate, Shard, render
 from ..redistribute import redistribute_local

@@ -20,7 +20,7 @@ import torch
 
 from ... import aliasing
 from ...dispatch import raise_unsupported
-from .. import _compat
+from ... import _compat
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
 from ._common import GATHERED_VIEW, TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, planned, spec_of, unsupported, wrap_out
