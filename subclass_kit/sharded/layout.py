@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from symbolic import ceil_div, sym_max, sym_min
 
+from ..construct import contiguous_strides  # noqa: F401  (re-exported: layouts name their strides)
 from .placements import Shard
 
 __all__ = ["chunk_size", "chunk_start", "local_shape", "even_global_shape", "contiguous_strides"]
@@ -76,18 +77,3 @@ def even_global_shape(local, placements, mesh_shape) -> tuple:
         if type(p) is Shard:
             shape[p.dim] = shape[p.dim] * k
     return tuple(shape)
-
-
-def contiguous_strides(shape) -> tuple:
-    """Row-major strides (works on SymInts).
-
-    Example:
-        >>> contiguous_strides((2, 3, 4))
-        (12, 4, 1)
-    """
-    strides = []
-    acc = 1
-    for s in reversed(tuple(shape)):
-        strides.append(acc)
-        acc = acc * s
-    return tuple(reversed(strides))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import _compat
+from ..construct import contiguous_strides
 from .errors import SamplesError
 
 __all__ = ["Subject", "resolve", "describe", "flatten", "inner_values", "dense", "has_to_plain", "resized"]
@@ -137,14 +138,6 @@ def describe(t) -> str:
     return out + " ctx=" + (text if len(text) <= 60 else text[:57] + "...")
 
 
-def _contiguous_strides(size) -> tuple:
-    strides, acc = [], 1
-    for s in reversed(list(size)):
-        strides.append(acc)
-        acc *= max(int(s), 1)
-    return tuple(reversed(strides))
-
-
 def _cycle(t: torch.Tensor, dim: int, new: int) -> torch.Tensor:
     """``t`` grown or shrunk to ``new`` along ``dim`` by cycling its own slices (any dtype)."""
     old = t.size(dim)
@@ -200,4 +193,4 @@ def resized(t, new_size):
         if out is v:
             out = v.clone()
         inner[n] = out
-    return type(t).__tensor_unflatten__(inner, ctx, torch.Size(new_size), _contiguous_strides(new_size))
+    return type(t).__tensor_unflatten__(inner, ctx, torch.Size(new_size), contiguous_strides(new_size))
