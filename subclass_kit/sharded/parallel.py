@@ -390,6 +390,33 @@ def _layouts(value, kind: str, field: str, name: str) -> tuple | None:
     return tuple(None if v is None else _one(v, kind, field, name) for v in items)
 
 
+def _layout_pairs(style, side: str, kind: str, name: str, per: str) -> tuple:
+    """``(have, want)`` of a Prepare* style's ``{side}_layouts`` / ``desired_{side}_layouts``."""
+    have = _layouts(getattr(style, f"{side}_layouts"), kind, f"{side}_layouts", name)
+    want = _layouts(getattr(style, f"desired_{side}_layouts"), kind, f"desired_{side}_layouts", name)
+    if have is None or want is None or len(have) != len(want):
+        raise ParallelizeError(
+            f"{kind} on {name!r}: {side}_layouts {have} and desired_{side}_layouts {want} must "
+            f"both be given with one entry per {per}."
+        )
+    return have, want
+
+
+def _convert_all(values: list, have, want, ref, kind: str, name: str, side: str, use_local: bool, fix: str) -> None:
+    """Redistribute ``values[i]`` from ``have[i]`` to ``want[i]`` in place (None: left alone)."""
+    for i, (h, w) in enumerate(zip(have, want)):
+        if h is None:
+            continue
+        x = values[i]
+        if isinstance(x, ShardedTensor) and not is_compiling() and x._kit_ctx.placements != (_dim(h, x.dim()),):
+            raise ParallelizeError(
+                f"{kind} on {name!r}: {side} {i} is a ShardedTensor with placements "
+                f"{render(x.placements)} but {side}_layouts[{i}] says {h!r}; {fix.format(i=i)}"
+            )
+        y = _to_sharded(x, ref, h, w, kind, name, f"{side} {i}")
+        values[i] = to_local(y) if use_local else y
+
+
 @dataclass(frozen=True, kw_only=True)
 class PrepareModuleInput(ParallelStyle):
     """Convert a module's positional inputs at its boundary: input ``i`` arrives
@@ -414,13 +441,7 @@ class PrepareModuleInput(ParallelStyle):
     def apply(self, module: nn.Module, mesh, name: str = "module") -> nn.Module:
         kind = type(self).__name__
         ref = _check_mesh(mesh, kind, name)
-        have = _layouts(self.input_layouts, kind, "input_layouts", name)
-        want = _layouts(self.desired_input_layouts, kind, "desired_input_layouts", name)
-        if have is None or want is None or len(have) != len(want):
-            raise ParallelizeError(
-                f"{kind} on {name!r}: input_layouts {have} and desired_input_layouts {want} must "
-                "both be given with one entry per positional input (None for inputs left alone)."
-            )
+        have, want = _layout_pairs(self, "input", kind, name, "positional input (None for inputs left alone)")
         for i, (h, w) in enumerate(zip(have, want)):
             if (h is None) != (w is None):
                 raise ParallelizeError(
@@ -437,18 +458,8 @@ class PrepareModuleInput(ParallelStyle):
                     "the inputs positionally, or give one layout per input."
                 )
             new = list(args)
-            for i, (h, w) in enumerate(zip(have, want)):
-                if h is None:
-                    continue
-                x = args[i]
-                if isinstance(x, ShardedTensor) and not is_compiling() and x._kit_ctx.placements != (_dim(h, x.dim()),):
-                    raise ParallelizeError(
-                        f"{kind} on {name!r}: input {i} is a ShardedTensor with placements "
-                        f"{render(x.placements)} but input_layouts[{i}] says {h!r}; make "
-                        f"input_layouts[{i}] match what the previous module outputs."
-                    )
-                y = _to_sharded(x, ref, h, w, kind, name, f"input {i}")
-                new[i] = to_local(y) if use_local else y
+            _convert_all(new, have, want, ref, kind, name, "input", use_local,
+                         "make input_layouts[{i}] match what the previous module outputs.")
             return tuple(new)
 
         module.register_forward_pre_hook(pre_hook)
@@ -478,13 +489,7 @@ class PrepareModuleOutput(ParallelStyle):
     def apply(self, module: nn.Module, mesh, name: str = "module") -> nn.Module:
         kind = type(self).__name__
         ref = _check_mesh(mesh, kind, name)
-        have = _layouts(self.output_layouts, kind, "output_layouts", name)
-        want = _layouts(self.desired_output_layouts, kind, "desired_output_layouts", name)
-        if have is None or want is None or len(have) != len(want):
-            raise ParallelizeError(
-                f"{kind} on {name!r}: output_layouts {have} and desired_output_layouts {want} must "
-                "both be given with one entry per output."
-            )
+        have, want = _layout_pairs(self, "output", kind, name, "output")
         use_local = self.use_local_output
 
         def post_hook(mod, args, out):
@@ -495,17 +500,7 @@ class PrepareModuleOutput(ParallelStyle):
                     f"{kind} on {name!r}: {len(have)} output layouts but the module returned "
                     f"{len(outs)} outputs; give one layout per output (None to leave one alone)."
                 )
-            for i, (h, w) in enumerate(zip(have, want)):
-                if h is None:
-                    continue
-                x = outs[i]
-                if isinstance(x, ShardedTensor) and not is_compiling() and x._kit_ctx.placements != (_dim(h, x.dim()),):
-                    raise ParallelizeError(
-                        f"{kind} on {name!r}: output {i} is a ShardedTensor with placements "
-                        f"{render(x.placements)} but output_layouts[{i}] says {h!r}; make them match."
-                    )
-                y = _to_sharded(x, ref, h, w, kind, name, f"output {i}")
-                outs[i] = to_local(y) if use_local else y
+            _convert_all(outs, have, want, ref, kind, name, "output", use_local, "make them match.")
             return outs[0] if single else type(out)(outs)
 
         module.register_forward_hook(post_hook)
