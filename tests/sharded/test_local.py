@@ -20,6 +20,8 @@ from subclass_kit.sharded import (
     MeshRef,
     ParallelizeError,
     Partial,
+    PrepareModuleInput,
+    PrepareModuleOutput,
     PlacementError,
     Replicate,
     RowwiseParallel,
@@ -96,6 +98,29 @@ parallelize: no submodule of Sequential matches '3'; its submodules are ['0', '1
     mesh2d = MeshRef("cpu", (1, 1), (0,), None, ("<local>", "<local>"))
     assert "1-D mesh" in _msg(ParallelizeError, lambda: parallelize(mlp, mesh2d, {"0": RowwiseParallel()}))
 
+
+
+def test_prepare_module_input_and_output_name_the_side_the_index_and_the_fix():
+    lin = lambda: nn.Linear(4, 4)  # noqa: E731
+    # Layout lists of different lengths: refused when the style is applied, naming the side.
+    bad_in = PrepareModuleInput(input_layouts=(Shard(0),), desired_input_layouts=(Replicate(), None))
+    assert_expected_inline(_msg(ParallelizeError, lambda: parallelize(lin(), LOCAL, bad_in)), """\
+PrepareModuleInput on 'Linear': input_layouts (Shard(0),) and desired_input_layouts (Replicate(), None) must both be given with one entry per positional input (None for inputs left alone).""")
+    bad_out = PrepareModuleOutput(output_layouts=(Shard(0), None), desired_output_layouts=Replicate())
+    assert "output_layouts (Shard(0), None) and desired_output_layouts (Replicate(),) must both be given " \
+        "with one entry per output." in _msg(ParallelizeError, lambda: parallelize(lin(), LOCAL, bad_out))
+    # A ShardedTensor arriving with other placements than the layout says: index and fix named.
+    m = parallelize(lin(), LOCAL, PrepareModuleInput(input_layouts=(Shard(0),), desired_input_layouts=(Replicate(),)))
+    x = distribute(torch.ones(2, 4), LOCAL, [Replicate()])
+    msg = _msg(ParallelizeError, lambda: m(x))
+    assert "input 0 is a ShardedTensor with placements (Replicate(),) but input_layouts[0] says" in msg, msg
+    assert msg.endswith("make input_layouts[0] match what the previous module outputs."), msg
+    m = parallelize(lin(), LOCAL, PrepareModuleOutput(output_layouts=Shard(0), desired_output_layouts=Replicate(),
+                                                      use_local_output=False))
+    m.register_forward_hook(lambda mod, args, out: distribute(out, LOCAL, [Replicate()]), prepend=True)
+    msg = _msg(ParallelizeError, lambda: m(torch.ones(2, 4)))
+    assert "output 0 is a ShardedTensor with placements (Replicate(),) but output_layouts[0] says" in msg, msg
+    assert msg.endswith("make them match."), msg
 
 def _ops_vs_dense():
     g = torch.Generator().manual_seed(0)
