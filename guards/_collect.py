@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 import symbolic
-from symbolic.describe import ShapeDescription, TensorDims
+from symbolic.description import ShapeDescription, TensorDims
 
 from . import _compat
 from ._autodynamic import FrameState

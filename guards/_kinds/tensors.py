@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 import torch
-from symbolic.describe import MARK_ATTRS
+from symbolic.description import MARK_ATTRS
 
 from .. import _compat
 from .._canonical import type_name

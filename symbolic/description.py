@@ -1,4 +1,4 @@
-"""``describe``: a tensor plus its policy, as one description of how dynamo treats its shape.
+"""``describe`` (the ``description`` module, so the function does not shadow it): a tensor plus its policy, as one description of how dynamo treats its shape.
 
 This is the one shape model of the distribution. ``guards`` generates its shape checks from
 it and reads nothing else about dimensions: per tensor inside the value (pre-order, as
