@@ -182,6 +182,6 @@ def is_dtensor(t: Any) -> bool:
     """True for torch's DTensor (dynamo compares its spec with shapes skipped)."""
     try:
         from torch.distributed.tensor import DTensor
-    except Exception:  # pragma: no cover - a torch built without distributed
+    except ImportError:  # pragma: no cover - a torch built without distributed
         return False
     return isinstance(t, DTensor)

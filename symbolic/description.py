@@ -1,6 +1,7 @@
-"""``describe`` (the ``description`` module, so the function does not shadow it): a tensor plus its policy, as one description of how dynamo treats its shape.
+"""``describe``: a tensor plus its policy, as one description of how dynamo treats its shape.
 
-This is the one shape model of the distribution. ``guards`` generates its shape checks from
+(The module is ``description`` so that the function ``symbolic.describe`` does not shadow
+it.) This is the one shape model of the distribution. ``guards`` generates its shape checks from
 it and reads nothing else about dimensions: per tensor inside the value (pre-order, as
 ``walk``), the ``Dim`` dynamo will read for each dimension (from torch's marks or from a
 ``SubclassPolicy``, with the nested-wrapper rule applied), the mark attributes dynamo guards
