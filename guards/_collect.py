@@ -3,7 +3,9 @@
 How each dimension is treated, and which inner sizes are tied to which outer sizes, comes
 from ``symbolic.describe`` (the one shape model) and from nowhere else; this module only
 decides, per compile mode, how ShapeEnv allocates those dims and in which order dynamo
-lists the guards. Order follows dynamo's ``VariableBuilder``: a container's type and length (or keys) before
+lists the guards.
+
+Order follows dynamo's ``VariableBuilder``: a container's type and length (or keys) before
 its items; a wrapped tensor's type, ctx and inner names, its own TENSOR_MATCH and marks,
 then its inner tensors; aliasing, ``__inner_shapes__`` relations and shape guards (duck
 sizing, stride relations, ranges) after every input has been seen, as dynamo emits its
@@ -72,7 +74,7 @@ class _Walker:
         self.sim = ShapeSim()
         self.out = Collected(sim=self.sim)
         self.tensors: list[tuple[Source, torch.Tensor]] = []
-        self.wrappers: list[tuple[Source, torch.Tensor]] = []
+        self.wrappers: list[tuple[Source, torch.Tensor, _Described, Source]] = []
         self.dims_of: dict[Source, TensorDims] = {}
         self._seen: dict[int, Source] = {}
 
