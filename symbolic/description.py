@@ -94,27 +94,62 @@ class Relation:
         """True when the inner size does not depend on any outer size."""
         return not self.expr.free_symbols
 
-    def solve_pinned(self, value: int) -> dict[sympy.Symbol, int]:
-        """The outer sizes that ``target == value`` fixes to one value, as dynamo's solver
-        does: an equation linear in a single symbol pins it; ``ceiling``/``floor`` and
-        several symbols only constrain (a guard, no specialization).
+    def solve_pinned(self, value: int, *, lo: int = 2) -> dict[sympy.Symbol, int]:
+        """The outer size that ``target == value`` fixes to a single value, if any.
+
+        Solved, not probed: for ``a*s + b``, ``floor((a*s + b)/d)`` and
+        ``ceiling((a*s + b)/d)`` in one symbol ``s`` (``a > 0``) the sizes that satisfy the
+        equation form an interval; intersected with ``s >= lo`` (dynamo's symbols are at
+        least 2) it pins ``s`` when one integer is left, which dynamo then specializes.
+        Other forms are treated as not pinning.
 
         Example:
             >>> s0 = size_symbol("", 0)
             >>> r = Relation(ROOT, SizeSource(InnerSource("a"), 0), s0, {s0: SizeSource(ROOT, 0)})
             >>> r.solve_pinned(5)
             {s0: 5}
+            >>> Relation(ROOT, r.target, sympy.ceiling(s0 / 2), r.symbols).solve_pinned(1)
+            {s0: 2}
+            >>> Relation(ROOT, r.target, sympy.ceiling(s0 / 32), r.symbols).solve_pinned(1)
+            {}
         """
         free = self.expr.free_symbols
         if len(free) != 1:
             return {}
         (s,) = free
-        poly = sympy.Poly(self.expr, s) if self.expr.is_polynomial(s) else None
-        if poly is None or poly.degree() != 1:
+        span = _solution_interval(self.expr, s, int(value))
+        if span is None:
             return {}
-        a, b = poly.all_coeffs()
-        v = (sympy.Integer(value) - b) / a
-        return {s: int(v)} if v.is_Integer else {}
+        first, last = max(span[0], lo), span[1]
+        return {s: first} if first == last else {}
+
+
+def _solution_interval(expr, s, c: int):
+    """``[first, last]`` (integers) of ``s`` with ``expr == c``; None if not of a solved form."""
+    kind = None
+    if isinstance(expr, (sympy.floor, sympy.ceiling)):
+        kind, (arg,) = type(expr), expr.args
+    else:
+        arg = expr
+    num, den = sympy.fraction(sympy.together(arg))
+    if not den.is_Integer or int(den) <= 0 or not num.is_polynomial(s):
+        return None
+    poly = sympy.Poly(num, s)
+    if poly.degree() != 1:
+        return None
+    a, b = (int(x) if x.is_Integer else None for x in poly.all_coeffs())
+    if a is None or b is None or a <= 0:
+        return None
+    d = int(den)
+    if kind is None:  # (a*s + b) / d == c
+        x = sympy.Rational(c * d - b, a)
+        return (int(x), int(x)) if x.is_Integer else (1, 0)
+    if kind is sympy.floor:  # c <= (a*s + b)/d < c + 1
+        lo_num, hi_num = c * d - b, (c + 1) * d - b  # a*s in [lo_num, hi_num)
+        return (-(-lo_num // a), (hi_num - 1) // a)
+    # ceiling: c - 1 < (a*s + b)/d <= c
+    lo_num, hi_num = (c - 1) * d - b, c * d - b  # a*s in (lo_num, hi_num]
+    return (lo_num // a + 1, hi_num // a)
 
 
 class ShapeDescription:
