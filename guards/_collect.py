@@ -1,5 +1,10 @@
 """Walks a value the way dynamo wraps a frame's inputs and collects the guards it would install.
 
+How each dimension is treated, and which inner sizes are tied to which outer sizes, comes
+from ``symbolic.describe`` (the one shape model) and from nowhere else; this module only
+decides, per compile mode, how ShapeEnv allocates those dims and in which order dynamo
+lists the guards.
+
 Order follows dynamo's ``VariableBuilder``: a container's type and length (or keys) before
 its items; a wrapped tensor's type, ctx and inner names, its own TENSOR_MATCH and marks,
 then its inner tensors; aliasing, ``__inner_shapes__`` relations and shape guards (duck
@@ -16,9 +21,11 @@ from typing import Any, Callable
 
 import torch
 
+import symbolic
+from symbolic.description import ShapeDescription, TensorDims
+
 from . import _compat
 from ._autodynamic import FrameState
-from ._dims import DimKind, Marks, policy_marks, read_marks, split_policy
 from ._kinds import (
     CtxMatch,
     Guard,
@@ -38,8 +45,8 @@ from ._kinds import (
     ValueMatch,
 )
 from ._canonical import type_name
-from ._shapes import ShapeSim
-from ._sources import AttrSource, InnerSource, ItemSource, SizeSource, Source, rebase
+from ._shapes import DimKind, ShapeSim
+from ._sources import ROOT, AttrSource, InnerSource, ItemSource, SizeSource, Source, rebase
 from .errors import PolicyViolationError, UnhashableContextError, UnsupportedValueError
 
 __all__ = ["Collected", "collect"]
@@ -67,17 +74,17 @@ class _Walker:
         self.sim = ShapeSim()
         self.out = Collected(sim=self.sim)
         self.tensors: list[tuple[Source, torch.Tensor]] = []
-        self.wrappers: list[tuple[Source, torch.Tensor]] = []
-        self.marks_of: dict = {}
+        self.wrappers: list[tuple[Source, torch.Tensor, _Described, Source]] = []
+        self.dims_of: dict[Source, TensorDims] = {}
         self._seen: dict[int, Source] = {}
 
     def add(self, g: Guard) -> None:
         self.out.guards.append(g)
 
     # -- containers and leaves ---------------------------------------------------------
-    def visit(self, v: Any, src: Source, policy: Any, nested: bool = False) -> None:
+    def visit(self, v: Any, src: Source, policy: Any) -> None:
         if isinstance(v, torch.Tensor):
-            self.tensor(v, src, policy, nested)
+            self.tensor(v, src, _Described(symbolic.describe(v, policy), src), ROOT)
         elif isinstance(v, (list, tuple)):
             self.add(TypeMatch(src, type(v)))
             self.add(LenMatch(src, len(v)))
@@ -118,26 +125,20 @@ class _Walker:
         return self.state.record_scalar(self.render(src), v)
 
     # -- tensors -----------------------------------------------------------------------
-    def _marks(self, t, policy, nested) -> Marks:
-        if policy is None:
-            return read_marks(t)
-        outer, _ = split_policy(policy)
-        return policy_marks(outer, t.dim(), nested=nested)
-
-    def _kinds(self, t, src, marks: Marks):
+    def _kinds(self, t, src, info: TensorDims):
         """Per-dim ``(kind, lo, hi)`` and per-dim stride dynamism, dynamo's precedence."""
         entry = None
         if self.state is not None and not _compat.is_fake(t):
-            strict = [i for i, d in marks.dims.items() if d.kind == "dynamic"]
+            strict = [i for i in range(t.dim()) if info.kind(i) == "dynamic"]
             entry = self.state.record_tensor(self.render(src), tuple(t.size()), tuple(t.stride()), strict)
         kinds, stride_dyn = [], []
         for i in range(t.dim()):
-            d = marks.dims.get(i)
-            mk = d.kind if d is not None else None
+            mk = info.kind(i)
             auto = entry is not None and entry.size_dynamic(i)
             if mk == "unbacked":
                 kinds.append((DimKind.UNBACKED, None, None))
             elif mk == "dynamic":
+                d = info.dims[i]
                 kinds.append((DimKind.DYNAMIC, d.min, d.max))
             elif mk == "auto" or (auto and mk != "static"):
                 kinds.append((DimKind.DYNAMIC, None, None))
@@ -148,7 +149,8 @@ class _Walker:
             stride_dyn.append(mk is None and entry is not None and entry.stride_dynamic(i))
         return kinds, stride_dyn
 
-    def tensor(self, t: torch.Tensor, src: Source, policy: Any, nested: bool) -> None:
+    def tensor(self, t: torch.Tensor, src: Source, desc: "_Described", rel: Source) -> None:
+        """``t`` at ``src``; ``desc[rel]`` is its entry in the description of its root."""
         first = self._seen.get(id(t))
         if first is not None:
             # The same tensor object again: dynamo guards it only by identity with the
@@ -157,16 +159,16 @@ class _Walker:
             return
         self._seen[id(t)] = src
         if _compat.is_dtensor(t):
-            self.dtensor(t, src, policy)
+            self.dtensor(t, src, desc, rel)
             return
-        wrapper = _compat.is_traceable_wrapper_subclass(t)
+        info = desc.shapes[rel]
+        wrapper = info.wrapper
         cls = torch.Tensor if _compat.is_fake(t) else type(t)
-        marks = self._marks(t, policy, nested and wrapper)
-        self.marks_of[src] = marks
-        if wrapper and nested and any(d.kind == "dynamic" for d in marks.dims.values()):
+        self.dims_of[src] = info
+        if info.refused:
             raise PolicyViolationError(
                 f"{self.render(src)} is a wrapper inside a wrapper marked with mark_dynamic on "
-                f"dims {sorted(i for i, d in marks.dims.items() if d.kind == 'dynamic')}; dynamo "
+                f"dims {list(info.refused)}; dynamo "
                 "fakeifies it from its concrete outer size and raises ConstraintViolationError. "
                 "Mark it with torch._dynamo.maybe_mark_dynamic (symbolic.apply does this)."
             )
@@ -190,9 +192,9 @@ class _Walker:
         if _compat.is_njt(t) and not _compat.is_fake(t):
             # dynamo does not track a NestedTensor's outer sizes (they follow from its inner
             # tensors): nested-int dims and strides are dynamic, the batch dim follows _offsets.
-            sizes, strides = self._njt_outer(t, src, policy, marks)
+            sizes, strides = self._njt_outer(t, src, desc, rel, info)
         else:
-            kinds, stride_dyn = self._kinds(t, src, marks)
+            kinds, stride_dyn = self._kinds(t, src, info)
             shape = self.sim.tensor(src, t, kinds, stride_dyn)
             if shape.free_stride:
                 self.add(Layout(src, bool(t.is_contiguous())))
@@ -203,32 +205,29 @@ class _Walker:
         self.out.tensor_matches.append(tm)
         self.add(tm)
         if not _compat.is_fake(t):
-            self.add(MarkMatch(src, tuple(sorted(marks.attrs.items()))))
+            self.add(MarkMatch(src, tuple(sorted(info.marks.items()))))
         self.tensors.append((src, t))
         if wrapper:
-            _, inner_pol = split_policy(policy)
             for name in names:
                 inner = getattr(t, name)
                 isrc = InnerSource(name, src)
                 if isinstance(inner, torch.Tensor):
-                    self.tensor(inner, isrc, inner_pol.get(name), nested=True)
+                    self.tensor(inner, isrc, desc, InnerSource(name, rel))
                 else:  # an opaque reference (e.g. a DeviceMesh): its type only
                     self.add(TypeMatch(isrc, type(inner), structural=False))
-            self.wrappers.append((src, t))
+            self.wrappers.append((src, t, desc, rel))
         base = None if _compat.is_fake(t) else _compat.view_base(t)
         if base is not None:
             self.base(base, AttrSource(src, "_base"))
 
-    def _njt_outer(self, t, src, policy, marks) -> tuple[list, list]:
-        _, inner_pol = split_policy(policy)
+    def _njt_outer(self, t, src, desc, rel, info: TensorDims) -> tuple[list, list]:
         name = "_offsets" if t._lengths is None else "_lengths"
-        off, pol = getattr(t, name), inner_pol.get(name)
-        om = read_marks(off) if pol is None else policy_marks(split_policy(pol)[0], off.dim(), nested=True)
-        batch_dynamic = (0 in om.dims and om.dims[0].kind != "static") or self.dynamic is True
+        k = desc.shapes[InnerSource(name, rel)].kind(0)
+        batch_dynamic = (k is not None and k != "static") or self.dynamic is True
         if self.state is not None:
             # automatic dynamic on the outer's own frame-state entry (nested ints as -1)
             plain = lambda xs: tuple(-1 if isinstance(x, torch.SymInt) else int(x) for x in xs)  # noqa: E731
-            strict = [i for i, d in marks.dims.items() if d.kind == "dynamic"]
+            strict = [i for i in range(t.dim()) if info.kind(i) == "dynamic"]
             entry = self.state.record_tensor(self.render(src), plain(t.size()), plain(t.stride()), strict)
             batch_dynamic = batch_dynamic or entry.size_dynamic(0)
         if self.state is not None and not batch_dynamic:
@@ -245,23 +244,18 @@ class _Walker:
 
     def base(self, b: torch.Tensor, src: Source) -> None:
         """A view's base: dynamo fakeifies it (symbols, symbolic guards) but does not match it."""
-        marks = read_marks(b)
-        kinds, stride_dyn = self._kinds(b, src, marks)
-        self.sim.tensor(src, b, kinds, stride_dyn, match=False)
-        if _compat.is_traceable_wrapper_subclass(b):
-            for name in b.__tensor_flatten__()[0]:
-                inner = getattr(b, name)
-                if isinstance(inner, torch.Tensor):
-                    self.base(inner, InnerSource(name, src))
+        for rel, info in symbolic.describe(b).tensors.items():
+            s = rebase(rel, src)
+            kinds, stride_dyn = self._kinds(info.tensor, s, info)
+            self.sim.tensor(s, info.tensor, kinds, stride_dyn, match=False)
 
-    def dtensor(self, t, src: Source, policy: Any) -> None:
+    def dtensor(self, t, src: Source, desc: "_Described", rel: Source) -> None:
         # dynamo: TYPE_MATCH, the spec (placements, mesh, order, dtype; shapes skipped),
         # requires_grad by value, then the local tensor in full. No TENSOR_MATCH on the outer.
         self.add(TypeMatch(src, type(t)))
         self.add(SpecMatch(src, copy.deepcopy(_compat.dtensor_spec(t))))
-        _, inner_pol = split_policy(policy)
-        self.tensor(_compat.dtensor_local(t), InnerSource("_local_tensor", src), inner_pol.get("_local_tensor"),
-                    nested=True)
+        self.tensor(_compat.dtensor_local(t), InnerSource("_local_tensor", src), desc,
+                    InnerSource("_local_tensor", rel))
         self.add(ValueMatch(AttrSource(src, "requires_grad"), bool(t.requires_grad)))
 
     # -- after all inputs --------------------------------------------------------------
@@ -273,105 +267,68 @@ class _Walker:
             groups.setdefault(id(t), []).append(src)
         if len(self.tensors) > 1:
             self.add(NoAliasing(tuple(tuple(g) for g in groups.values())))
-        for src, t in self.wrappers:
-            self._relations(src, t)
+        shapes = {s.source: s for s in self.sim.tensors}
+        for src, t, desc, rel in self.wrappers:
+            self._relations(src, t, desc, rel, shapes)
         for e in eqs:
             self.add(ShapeEquality(e.source, e.expr, {s: first[s] for s in e.expr.free_symbols}))
         for r in ranges:
             self.add(ShapeRange(r.source, r.lo, r.hi))
         return self.out
 
-    def _relations(self, src: Source, t) -> None:
-        fn = getattr(type(t), "__inner_shapes__", None)
-        if fn is None:
-            return
-        names, ctx = t.__tensor_flatten__()
-        shapes = {s.source: s for s in self.sim.tensors}
+    def _relations(self, src: Source, t, desc: "_Described", rel: Source, shapes: dict) -> None:
         outer = shapes.get(src)
         if outer is None or all(x.is_Integer for x in outer.sizes):
             return  # all outer sizes static: TENSOR_MATCH already pins every inner size
-        try:
-            expect = fn(t.size(), ctx)
-        except Exception:
-            return
-        rel = _symbolic_relations(t, src)
-        for name in names:
-            inner = shapes.get(InnerSource(name, src))
-            if inner is None or name not in expect:
+        rels = [(r, desc.absolute(r.target), {s: desc.absolute(x) for s, x in r.symbols.items()})
+                for r in desc.shapes.relations(rel)]
+        for r, target, symbols in rels:
+            inner = shapes.get(target.base)
+            if inner is None:
                 continue
-            for d in range(min(len(expect[name]), len(inner.sizes))):
-                rhs, syms = rel.get(SizeSource(InnerSource(name, src), d), (None, None))
-                self.add(Relation(src, type(t), name, d, rhs, syms))
-                if inner.sizes[d].is_Integer:
-                    self._pinned(src, t, fn, ctx, outer, name, d, int(inner.sizes[d]), names)
+            self.add(Relation(src, type(t), target, r.expr, symbols))
+            size = inner.sizes[target.dim]
+            if size.is_Integer:
+                self._pinned(src, t, r, target, int(size), outer, rels)
 
-    def _pinned(self, src, t, fn, ctx, outer, name, d, c, names) -> None:
-        # A static inner size c = f(outer sizes) is a guard on the outer symbols. When
-        # only the current value satisfies it (f(v-1) and f(v+1) both differ), the symbol
-        # is pinned to a constant; dynamo refuses that for a mark_dynamic dim
-        # (ConstraintViolationError), on the outer tensor or an inner one equal to it.
-        size = list(t.size())
-        for k, e in enumerate(outer.sizes):
-            if e.is_Integer:
+    def _pinned(self, src, t, r, target, c: int, outer, rels) -> None:
+        # A static inner size c = f(outer sizes) is a guard on the outer symbols; when the
+        # equation fixes a symbol (dynamo's solver does so for one linear in one symbol),
+        # dynamo specializes it, which it refuses for a mark_dynamic dim on the outer tensor
+        # or on an inner tensor that the relations make equal to it.
+        for sym, _ in r.solve_pinned(c).items():
+            k = r.symbols[sym].dim
+            if outer.sizes[k].is_Integer:
                 continue
-            v = size[k]
-            alive = False
-            for w in (v - 1, v + 1):
-                if w < 2:
-                    continue
-                try:
-                    alive = fn(torch.Size(size[:k] + [w] + size[k + 1:]), ctx)[name][d] == c
-                except Exception:
-                    alive = True
-                if alive:
-                    break
-            if alive:
-                continue
-            strict = [SizeSource(src, k)] if self._strict(src, k) else []
-            for other in names:
-                isrc = InnerSource(other, src)
-                m = self.marks_of.get(isrc)
-                for j, dr in (m.dims.items() if m else ()):
-                    if dr.kind == "dynamic" and getattr(t, other).size(j) == v and self._identity(fn, t, ctx, other, j, k):
-                        strict.append(SizeSource(isrc, j))
+            v = t.size(k)
+            strict = [SizeSource(src, k)] if self.dims_of[src].kind(k) == "dynamic" else []
+            for other, other_target, _ in rels:
+                info = self.dims_of.get(other_target.base)
+                if (other.expr == sym and info is not None and info.kind(other_target.dim) == "dynamic"
+                        and info.tensor.size(other_target.dim) == v):
+                    strict.append(other_target)
             if strict:
                 raise PolicyViolationError(
                     f"{self.render(SizeSource(src, k))} = {v} is pinned to that one value by "
-                    f"{type_name(type(t), short=True)}.__inner_shapes__ ({self.render(SizeSource(InnerSource(name, src), d))}"
+                    f"{type_name(type(t), short=True)}.__inner_shapes__ ({self.render(target)}"
                     f" = {c} holds for no other size), but {', '.join(self.render(s) for s in strict)} "
                     "is marked with mark_dynamic; dynamo raises ConstraintViolationError. Use "
                     "maybe_mark_dynamic, or a size the relation does not pin."
                 )
 
-    def _strict(self, src, k) -> bool:
-        m = self.marks_of.get(src)
-        return m is not None and k in m.dims and m.dims[k].kind == "dynamic"
 
-    @staticmethod
-    def _identity(fn, t, ctx, name, j, k) -> bool:
-        probe = [10007 + 30 * i for i in range(t.dim())]
-        try:
-            return fn(torch.Size(probe), ctx)[name][j] == probe[k]
-        except Exception:
-            return False
+class _Described:
+    """A ``symbolic.ShapeDescription`` of one tensor and where that tensor sits in the input."""
 
-def _symbolic_relations(t, src: Source) -> dict:
-    """``{inner size source: (rhs, {symbol: source})}`` from ``symbolic.relations``, for
-    rendering; empty when symbolic cannot express them."""
-    try:
-        import symbolic
+    __slots__ = ("shapes", "root")
 
-        eqs = symbolic.relations(t)
-        where = {sym: rebase(s, src) for sym, s in symbolic.size_sources(t).items()}
-    except Exception:
-        return {}
-    out = {}
-    for eq in eqs:
-        lhs = where.get(eq.lhs)
-        if lhs is None or not all(s in where for s in eq.rhs.free_symbols):
-            continue
-        out[lhs] = (eq.rhs, {s: where[s] for s in eq.rhs.free_symbols})
-    return out
+    def __init__(self, shapes: ShapeDescription, root: Source):
+        self.shapes = shapes
+        self.root = root
+
+    def absolute(self, rel: Source) -> Source:
+        """A source of the description (relative to its tensor) as a source in the input."""
+        return rebase(rel, self.root)
 
 
 def collect(roots, *, dynamic: bool | None, state: FrameState | None,

@@ -13,7 +13,6 @@ from typing import Any, Callable
 import torch
 
 __all__ = [
-    "MARK_ATTRS",
     "is_traceable_wrapper_subclass",
     "is_fake",
     "is_dtensor",
@@ -32,17 +31,6 @@ __all__ = [
     "reset_dynamo",
     "compile_counter",
 ]
-
-# The attributes torch's marking APIs leave on a tensor, and dynamo guards on (see
-# "[Note: Dimension Marking Guards]" in torch/_dynamo/guards.py). Order matters only for
-# the order guards are listed in.
-MARK_ATTRS = (
-    "_dynamo_dynamic_indices",
-    "_dynamo_weak_dynamic_indices",
-    "_dynamo_unbacked_indices",
-    "_dynamo_strict_unbacked_indices",
-    "_dynamo_static_indices",
-)
 
 from torch.utils._python_dispatch import (  # noqa: E402  (public-ish, but underscored)
     is_traceable_wrapper_subclass as is_traceable_wrapper_subclass,
@@ -68,11 +56,6 @@ def is_njt(t: Any) -> bool:
     from torch.nested._internal.nested_tensor import NestedTensor
 
     return isinstance(t, NestedTensor)
-
-
-# Marks dynamo reads but does not guard on (NestedTensor's ragged dims, AOTAutograd's
-# propagated dynamism): they make a dim dynamic like maybe_mark_dynamic.
-PROPAGATED_ATTR = "_dynamo_propagated_dynamic_indices"
 
 
 def snapshot_ctx(ctx: Any) -> Any:

@@ -24,11 +24,20 @@ import sympy
 import torch
 
 from . import _compat
-from ._dims import DimKind
 from ._sources import SizeSource, Source, StorageOffsetSource, StrideSource
 from .errors import PolicyViolationError
 
-__all__ = ["Symbol", "TensorShape", "ShapeSim", "Equality", "Range"]
+__all__ = ["DimKind", "Symbol", "TensorShape", "ShapeSim", "Equality", "Range"]
+
+
+class DimKind:
+    """How ShapeEnv allocates one dim (torch's ``DimDynamic``), decided from a
+    ``symbolic.TensorDims`` and the compile mode."""
+
+    STATIC = "static"
+    DUCK = "duck"        # dynamic=True, unmarked: equal sizes share one symbol
+    DYNAMIC = "dynamic"  # marked or automatic dynamic: a symbol of its own
+    UNBACKED = "unbacked"
 
 
 @dataclass(eq=False)

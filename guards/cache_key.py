@@ -24,10 +24,10 @@ import json
 from typing import Any
 
 from ._sources import ROOT
+from .guardset import KEY_VERSION as VERSION
+from .guardset import _build
 
 __all__ = ["VERSION", "cache_key", "cache_key_payload"]
-
-VERSION = 1
 
 
 def cache_key_payload(value: Any, *, policy: Any = None, dynamic: bool | None = None) -> str:
@@ -39,8 +39,6 @@ def cache_key_payload(value: Any, *, policy: Any = None, dynamic: bool | None = 
         >>> payload["version"], payload["guards"][0]
         (1, ['tensor', "L['x']", 'torch.Tensor', 'torch.float16', 'cpu', False, [2], [1]])
     """
-    from .guardset import _build
-
     gs = _build([(ROOT, value, policy)], name="x", dynamic=dynamic, state=None, compile=False)
     return json.dumps(gs.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
 

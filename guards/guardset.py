@@ -16,7 +16,10 @@ from ._collect import Collected, collect
 from ._kinds import Guard, TensorMatch
 from ._sources import ROOT, ArgSource, Source, descends_from
 
-__all__ = ["GuardSet", "build"]
+__all__ = ["GuardSet", "build", "KEY_VERSION"]
+
+# Version of the canonical form ``cache_key`` hashes; bump when that form changes.
+KEY_VERSION = 1
 
 # Kinds whose failure is most likely; emitted first so a failing check returns early.
 _EARLY = ("type", "len", "keys", "names", "value", "ctx", "dtensor_spec")
@@ -136,14 +139,12 @@ class GuardSet:
 
     def canonical(self) -> dict:
         """Process-independent JSON-able form of the guards (what ``cache_key`` hashes)."""
-        from .cache_key import VERSION
-
         out = []
         for g in self._guards:
             c = g.canonical(self._render)
             if c is not None:
                 out.append(c)
-        return {"version": VERSION, "guards": out}
+        return {"version": KEY_VERSION, "guards": out}
 
     def __len__(self) -> int:
         return len(self._guards)
@@ -172,7 +173,8 @@ def _emit_tensor_match_py(cg: CodeGen, t: TensorMatch) -> None:
 
 
 def _renderer(name: str) -> Callable[[Source], str]:
-    return lambda s: s.name(name)
+    root = f"L[{name!r}]"
+    return lambda s: s.render(root)
 
 
 def _build(roots, *, name: str, dynamic, state: FrameState | None, compile: bool = True) -> GuardSet:

@@ -19,7 +19,10 @@ import copy
 
 import torch
 
+from . import _compat
 from .construct import contiguous_strides, from_parts
+
+_SymInt = torch.SymInt
 
 __all__ = [
     "tensor_flatten",
@@ -53,7 +56,33 @@ def tensor_unflatten(cls, inner_tensors, ctx, outer_size, outer_stride):
     elif outer_stride is None:
         outer_stride = contiguous_strides(outer_size)
     offset = primary.storage_offset() if primary.dim() == len(outer_size) else 0
+    if any(type(s) is _SymInt for s in outer_size):
+        _record_relations(cls, inners, ctx, outer_size)
     return from_parts(cls, inners, ctx, outer_size, outer_stride, offset, ctx.dtype, primary.device)
+
+
+def _record_relations(cls, inners, ctx, outer_size) -> None:
+    """Tell dynamo the declared relations between the symbolic outer size and the inner sizes.
+
+    Dynamo fakeifies an input wrapper by giving its inner tensors symbols of their own and
+    calling ``__tensor_unflatten__`` with a symbolic outer size. A class that recomputes its
+    outer size from its inner tensors makes torch compare the two, which records the
+    relation (``Eq(2*s50, s77)``); honouring ``outer_size`` as we do would leave dynamo with
+    unrelated symbols. ``torch._check`` on each declared equality puts it in the shape
+    environment, so dynamo's guards carry it and ``guards.build`` predicts the same.
+
+    Only plain inner tensors: a nested wrapper's own sizes are related inside its own
+    unflatten, and relating them here would pin the outer symbol to the size dynamo gives
+    that wrapper.
+    """
+    shapes = cls.__inner_shapes__(tuple(outer_size), ctx)
+    for name, t in zip(cls._kit_inner_names, inners):
+        if t is None or name not in shapes or hasattr(type(t), "__tensor_flatten__"):
+            continue
+        for got, want in zip(t.shape, shapes[name]):
+            if type(got) is int and type(want) is int:
+                continue  # both static: TENSOR_MATCH pins them
+            _compat.sym_check(got == want)
 
 
 def _construct_in_graph(cls, inner_tensors, ctx, outer_size, outer_stride):

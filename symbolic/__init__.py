@@ -34,3 +34,9 @@ from .protocol import walk as walk
 from .relations import relations as relations, size_sources as size_sources, size_symbol as size_symbol
 from .planning import plan as plan
 from .marking import apply as apply, mark_dynamic as mark_dynamic, marks as marks
+from .description import (
+    Relation as Relation,
+    ShapeDescription as ShapeDescription,
+    TensorDims as TensorDims,
+    describe as describe,
+)

@@ -15,23 +15,44 @@ from torch._dynamo import forbid_in_graph as forbid_in_graph
 from torch._dynamo import mark_dynamic as _torch_mark_dynamic
 from torch._dynamo import mark_static as _torch_mark_static
 from torch._dynamo import maybe_mark_dynamic as _torch_maybe_mark_dynamic
+from torch._dynamo.source import AttrSource as TorchAttrSource
+from torch._dynamo.source import GetItemSource as TorchGetItemSource
+from torch._dynamo.source import LocalSource as TorchLocalSource
+from torch._dynamo.source import TensorProperty as TorchTensorProperty
+from torch._dynamo.source import TensorPropertySource as TorchTensorPropertySource
+from torch._guards import Source as TorchSource
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass as _is_traceable
 
 __all__ = [
+    "TorchSource",
+    "TorchLocalSource",
+    "TorchAttrSource",
+    "TorchGetItemSource",
+    "TorchTensorProperty",
+    "TorchTensorPropertySource",
     "forbid_in_graph",
     "is_traceable_wrapper_subclass",
     "torch_mark",
     "mark_self",
     "read_marks",
+    "mark_attrs",
+    "MARK_ATTRS",
+    "ATTR_OF_KIND",
     "bound",
 ]
 
-# Attributes torch's marking functions leave on a tensor (torch/_dynamo/decorators.py).
-# Read by `read_marks`; `mark_self` copies whatever torch sets, so it needs no list.
+# Attributes torch's marking functions leave on a tensor (torch/_dynamo/decorators.py), in
+# the order dynamo's marking guard lists them ("[Note: Dimension Marking Guards]" in
+# torch/_dynamo/guards.py). `mark_self` copies whatever torch sets, so it needs no list.
 _DYNAMIC = "_dynamo_dynamic_indices"
 _DYNAMIC_RANGE = "_dynamo_dynamic_range"
 _WEAK = "_dynamo_weak_dynamic_indices"
 _STATIC = "_dynamo_static_indices"
+_UNBACKED = ("_dynamo_unbacked_indices", "_dynamo_strict_unbacked_indices")
+MARK_ATTRS = (_DYNAMIC, _WEAK, *_UNBACKED, _STATIC)
+# Read like maybe_mark_dynamic but not guarded (NestedTensor's ragged dims, AOTAutograd's
+# propagated dynamism).
+_PROPAGATED = "_dynamo_propagated_dynamic_indices"
 _EXTRA_MARK_ATTRS = ("_specialize_on", "_has_dynamo_dim_marking")
 
 _TORCH_FN = {
@@ -88,21 +109,44 @@ def mark_self(t: torch.Tensor, kind: str, dim: int, *, min=None, max=None) -> No
         setattr(t, k, v)
 
 
-def read_marks(t: torch.Tensor) -> dict[int, tuple[str, int | None, int | None]]:
+def read_marks(t: torch.Tensor, *, propagated: bool = True) -> dict[int, tuple[str, int | None, int | None]]:
     """The marks ``t`` itself carries: ``{dim: (kind, min, max)}``.
 
-    Precedence is dynamo's (``variables/builder.py``): dynamic over weak (auto) over static.
+    ``kind`` is ``static``, ``auto``, ``dynamic`` or ``unbacked``. Precedence is dynamo's
+    (``_automatic_dynamic`` in ``variables/builder.py``): unbacked over dynamic over weak
+    (auto) over static over propagated (read as auto; ``propagated=False`` skips those,
+    which no marking function of the user's set).
     """
+    d = getattr(t, "__dict__", None)
+    if not d:
+        return {}
     out: dict[int, tuple[str, int | None, int | None]] = {}
-    for d in getattr(t, _STATIC, ()):
-        out[d] = ("static", None, None)
-    for d in getattr(t, _WEAK, ()):
-        out[d] = ("auto", None, None)
-    ranges = {r.dim: r for r in getattr(t, _DYNAMIC_RANGE, ())}
-    for d in getattr(t, _DYNAMIC, ()):
-        r = ranges.get(d)
-        out[d] = ("dynamic", getattr(r, "min", None), getattr(r, "max", None))
+    for i in d.get(_PROPAGATED, ()) if propagated else ():
+        out[i] = ("auto", None, None)
+    for i in d.get(_STATIC, ()):
+        out[i] = ("static", None, None)
+    for i in d.get(_WEAK, ()):
+        out[i] = ("auto", None, None)
+    ranges = {r.dim: r for r in d.get(_DYNAMIC_RANGE, ())}
+    for i in d.get(_DYNAMIC, ()):
+        r = ranges.get(i)
+        out[i] = ("dynamic", getattr(r, "min", None), getattr(r, "max", None))
+    for a in _UNBACKED:
+        for i in d.get(a, ()):
+            out[i] = ("unbacked", None, None)
     return out
+
+
+def mark_attrs(t: torch.Tensor) -> dict[str, frozenset]:
+    """``{attribute: dims}`` for each of ``MARK_ATTRS`` that ``t`` carries (dynamo guards these)."""
+    d = getattr(t, "__dict__", None)
+    if not d:
+        return {}
+    return {a: frozenset(d[a]) for a in MARK_ATTRS if a in d}
+
+
+# Which attribute torch's marking function for each kind sets (what `apply` leaves).
+ATTR_OF_KIND = {"dynamic": _DYNAMIC, "auto": _WEAK, "static": _STATIC}
 
 
 def bound(expr: sympy.Expr, ranges: dict[sympy.Symbol, tuple[int | None, int | None]]):
@@ -138,6 +182,6 @@ def is_dtensor(t: Any) -> bool:
     """True for torch's DTensor (dynamo compares its spec with shapes skipped)."""
     try:
         from torch.distributed.tensor import DTensor
-    except Exception:  # pragma: no cover - a torch built without distributed
+    except ImportError:  # pragma: no cover - a torch built without distributed
         return False
     return isinstance(t, DTensor)

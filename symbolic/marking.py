@@ -20,7 +20,7 @@ from .errors import CtxPinsShapeWarning, PolicyTypeError
 from .planning import _outer_dims, plan, resolve_dims
 from .policy import SubclassPolicy
 from .protocol import get_inner, inner_items, is_wrapper, where
-from .sources import ROOT, InnerSource, Source
+from ._source_types import ROOT, InnerSource, Source
 
 _log = logging.getLogger(__name__)
 
@@ -206,7 +206,12 @@ def marks(t: torch.Tensor) -> SubclassPolicy:
     """
     if not isinstance(t, torch.Tensor):
         raise PolicyTypeError(f"marks() expects a tensor, got {type(t).__name__}.")
-    own = {d: Dim(kind, lo, hi) for d, (kind, lo, hi) in sorted(_compat.read_marks(t).items())}
+    # Unbacked marks have no Dim (no public policy asks for them); describe() reports them.
+    own = {
+        d: Dim(kind, lo, hi)
+        for d, (kind, lo, hi) in sorted(_compat.read_marks(t, propagated=False).items())
+        if kind != "unbacked"
+    }
     inner = {}
     for name, v in inner_items(t):
         if is_wrapper(v):

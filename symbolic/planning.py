@@ -26,7 +26,7 @@ from .errors import PolicyError, PolicyTypeError
 from .policy import SubclassPolicy, normalize_dims
 from .protocol import get_inner, inner_items, is_wrapper, where
 from .relations import TensorShape, analyze, size_symbol
-from .sources import ROOT, InnerSource, Source
+from ._source_types import ROOT, InnerSource, Source
 from . import _compat
 
 __all__ = ["plan", "resolve_dims", "INNER_MODES"]

@@ -30,9 +30,9 @@ import torch
 from . import _compat
 from .errors import PolicyTypeError, RelationError
 from .protocol import ctx_of, inner_items, is_wrapper, path_of, walk, where
-from .sources import ROOT, InnerSource, SizeSource, Source
+from ._source_types import ROOT, InnerSource, SizeSource, Source
 
-__all__ = ["size_symbol", "size_sources", "relations", "TensorShape", "analyze"]
+__all__ = ["size_symbol", "size_sources", "relations", "TensorShape", "analyze", "inner_shapes_of"]
 
 
 def size_symbol(path: str, dim: int) -> sympy.Symbol:
@@ -140,7 +140,13 @@ def _njt_shapes(ndim: int, ctx: Any) -> Mapping[str, tuple]:
     })
 
 
-def _inner_shapes_of(cls: type, ndim: int, ctx: Any) -> Mapping[str, tuple] | None:
+def inner_shapes_of(cls: type, ndim: int, ctx: Any) -> Mapping[str, tuple] | None:
+    """``__inner_shapes__`` of ``cls`` evaluated on the symbols ``s0, s1, ...`` (cached), the
+    fixed layout of torch's NestedTensor, or None for a class that declares neither.
+
+    Raises:
+        RelationError: ``__inner_shapes__`` is not plain arithmetic on symbols.
+    """
     if _compat.is_njt_class(cls):
         return _njt_shapes(ndim, ctx)
     if not callable(getattr(cls, "__inner_shapes__", None)):
@@ -189,7 +195,7 @@ def _analyze(t, src, symbols, exprs, values, out) -> None:
     if not is_wrapper(t):
         return
     cls = type(t)
-    shapes = _inner_shapes_of(cls, t.dim(), ctx_of(t))
+    shapes = inner_shapes_of(cls, t.dim(), ctx_of(t))
     canon = {size_symbol("", i): e for i, e in enumerate(exprs)}
     for name, v in inner_items(t):
         isrc = InnerSource(name, src)
@@ -276,7 +282,7 @@ def relations(t_or_cls: Any, *, ndim: int | None = None) -> list[sympy.Eq]:
         default_ctx = getattr(cls, "__default_ctx__", None)
         ctx = default_ctx() if callable(default_ctx) else None
         n = _class_ndim(cls, ndim)
-        shapes = _inner_shapes_of(cls, n, ctx)
+        shapes = inner_shapes_of(cls, n, ctx)
         return [
             sympy.Eq(size_symbol(name, j), e)
             for name, shape in shapes.items()

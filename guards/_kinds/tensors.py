@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any
 
 import torch
+from symbolic.description import MARK_ATTRS
 
 from .. import _compat
 from .._canonical import type_name
@@ -102,7 +103,7 @@ class MarkMatch(Guard):
     def emit(self, cg):
         v = cg.var(self.source)
         present = dict(self.present)
-        absent = frozenset(a for a in _compat.MARK_ATTRS if a not in present)
+        absent = frozenset(a for a in MARK_ATTRS if a not in present)
         if absent:
             # Every tensor has a __dict__ (marks live there); one set operation checks all.
             cg.check(f"{cg.const(absent, 'A')}.isdisjoint({v}.__dict__)")
@@ -114,7 +115,7 @@ class MarkMatch(Guard):
         t = self.source(root)
         present = dict(self.present)
         out = []
-        for a in _compat.MARK_ATTRS:
+        for a in MARK_ATTRS:
             has = hasattr(t, a)
             if a not in present:
                 if has:

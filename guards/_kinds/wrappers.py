@@ -14,13 +14,12 @@ from .._sources import (
     AttrSource,
     CtxFieldSource,
     FlattenSource,
-    InnerSource,
     SizeSource,
     Source,
 )
 from .base import Guard, fmt, line
 
-__all__ = ["InnerNames", "CtxMatch", "SpecMatch", "Relation", "ctx_fields", "ctx_diff", "spec_diff"]
+__all__ = ["InnerNames", "CtxMatch", "SpecMatch", "Relation", "py_expr", "ctx_fields", "ctx_diff", "spec_diff"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,50 +197,89 @@ def spec_diff(r, spec_src: Source, old, new) -> list[str]:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Relation(Guard):
-    """An inner size equals what ``__inner_shapes__(outer_size, ctx)`` says (kit classes).
+    """An inner size equals what ``__inner_shapes__`` declares for the outer size.
 
-    Checked by calling the class's own ``__inner_shapes__`` on the concrete sizes; rendered
-    with ``symbolic.relations`` (``L['x'].scale.size()[0] == ceiling(L['x'].size()[0]/32)``)
-    when it can express the relation.
+    Generated from ``symbolic.describe``: ``expr`` is the sympy expression of the inner size
+    over the wrapper's outer size symbols, ``symbols`` maps each symbol to the (absolute)
+    source that reads it. The check evaluates ``expr`` in integer arithmetic on the
+    input's sizes; the same equality reaches dynamo through the kit's unflatten.
     """
 
     source: Source  # the wrapper
     cls: type
-    inner: str
-    dim: int
-    rhs: Any = None  # sympy expression over symbols in ``symbols``, or None
-    symbols: Any = None  # {sympy.Symbol: Source}
+    target: SizeSource  # the inner size
+    expr: Any  # sympy expression over ``symbols``
+    symbols: Any  # {sympy.Symbol: Source}
     kind = "relation"
 
     @property
     def nodes(self):
-        return (self.source, InnerSource(self.inner, self.source))
-
-    def _target(self):
-        return SizeSource(InnerSource(self.inner, self.source), self.dim)
+        return (self.source, self.target.base)
 
     def _rhs_text(self, r) -> str:
-        if self.rhs is None:
-            return (f"{type_name(self.cls, short=True)}.__inner_shapes__({r(self.source)}.size(), ctx)"
-                    f"[{self.inner!r}][{self.dim}]")
-        return str(self.rhs.xreplace({s: sympy.Symbol(r(src)) for s, src in self.symbols.items()}))
+        return str(self.expr.xreplace({s: sympy.Symbol(r(src)) for s, src in self.symbols.items()}))
 
     def emit(self, cg):
-        fn = cg.const(self.cls.__inner_shapes__, "I")
-        shapes = cg.bind(("inner_shapes", self.source),
-                         f"{fn}({cg.sizes(self.source)}, {cg.var(FlattenSource(self.source, 1))})", "r")
-        cg.check(f"{shapes}[{self.inner!r}][{self.dim}] == {cg.var(self._target())}")
+        names = {s: cg.var(src) for s, src in self.symbols.items()}
+        try:
+            rhs = py_expr(self.expr, names)
+        except TypeError:
+            # An expression with no integer-arithmetic spelling: evaluate it with sympy
+            # (slower, same answer).
+            syms = sorted(self.symbols, key=str)
+            fn = cg.const(lambda *vals, e=self.expr, s=syms: _eval(e, dict(zip(s, vals))), "X")
+            rhs = f"{fn}({', '.join(names[s] for s in syms)})"
+        cg.check(f"{cg.var(self.target)} == {rhs}")
+
+    def expected(self, root) -> int:
+        return _eval(self.expr, {s: src(root) for s, src in self.symbols.items()})
 
     def failures(self, root, r):
-        t = self.source(root)
-        exp = self.cls.__inner_shapes__(t.size(), t.__tensor_flatten__()[1])[self.inner][self.dim]
-        got = self._target()(root)
+        exp = self.expected(root)
+        got = self.target(root)
         if exp == got:
             return []
-        return [line(r, self._target(), f"{self._rhs_text(r)} = {exp}", str(got))]
+        return [line(r, self.target, f"{self._rhs_text(r)} = {exp}", str(got))]
 
     def describe(self, r):
-        return f"{r(self._target())} == {self._rhs_text(r)}"
+        return f"{r(self.target)} == {self._rhs_text(r)}"
 
     def canonical(self, r):
-        return ["relation", r(self._target())]
+        return ["relation", r(self.target)]
+
+
+def _eval(expr, values: dict) -> int:
+    return int(expr.xreplace({s: sympy.Integer(v) for s, v in values.items()}))
+
+
+def py_expr(expr, names: dict) -> str:
+    """Python integer arithmetic for a shape expression (``ceiling(s0/32)`` ->
+    ``-((-s0) // 32)``), each symbol spelled ``names[symbol]``; TypeError if it has none.
+
+    Example:
+        >>> s0 = sympy.Symbol("s0", integer=True, positive=True)
+        >>> py_expr(sympy.ceiling(s0 / 32), {s0: "n"})
+        '(-((-(n)) // (32)))'
+    """
+    if expr.is_Symbol:
+        return names[expr]
+    if expr.is_Integer:
+        return str(int(expr))
+    if isinstance(expr, (sympy.floor, sympy.ceiling)):
+        num, den = sympy.fraction(sympy.together(expr.args[0]))
+        n, d = py_expr(num, names), py_expr(den, names)
+        if isinstance(expr, sympy.floor):
+            return f"(({n}) // ({d}))"
+        return f"(-((-({n})) // ({d})))"
+    if expr.is_Add:
+        return "(" + " + ".join(py_expr(a, names) for a in expr.args) + ")"
+    if expr.is_Mul:
+        return "(" + " * ".join(py_expr(a, names) for a in expr.args) + ")"
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+        return f"(({py_expr(expr.base, names)}) ** {int(expr.exp)})"
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        fn = "max" if isinstance(expr, sympy.Max) else "min"
+        return f"{fn}(" + ", ".join(py_expr(a, names) for a in expr.args) + ")"
+    if isinstance(expr, sympy.Mod):
+        return f"(({py_expr(expr.args[0], names)}) % ({py_expr(expr.args[1], names)}))"
+    raise TypeError(f"no integer spelling for {expr}")

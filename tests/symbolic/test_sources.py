@@ -108,3 +108,23 @@ def test_torch_two_tensor_names():
     x = TorchTwoTensor(torch.ones(2), torch.ones(2))
     assert [k for k in symbolic.sources(x) if "size" in k] == ["L['x'].size()[0]", "L['x'].a.size()[0]", "L['x'].b.size()[0]"]
     assert symbolic.sources(x)["L['x'].b.storage_offset()"] == StorageOffsetSource(InnerSource("b"))
+
+
+def test_sources_are_torch_sources():
+    """What symbolic.sources returns is torch's own Source types: torch's ShapeEnv takes it."""
+    import pickle
+
+    from torch._dynamo.source import AttrSource, LocalSource, TensorPropertySource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv
+
+    x = BlockScaled.from_float(torch.randn(70, 8))
+    s = symbolic.sources(x)["L['x'].scale.size()[0]"]
+    assert isinstance(s, TensorPropertySource) and isinstance(s.base, AttrSource)
+    assert isinstance(s.base.base, LocalSource) and s.base.base.local_name == "x"
+    assert s.name == "L['x'].scale.size()[0]" and s.name("w") == "L['w'].scale.size()[0]"
+    assert symbolic.sources(x, name="w")["L['w'].scale.size()[0]"].name == "L['w'].scale.size()[0]"
+    assert pickle.loads(pickle.dumps(s)) == s and hash(pickle.loads(pickle.dumps(s))) == hash(s)
+    env = ShapeEnv()
+    sym = env.create_symbol(3, s, dynamic_dim=DimDynamic.DYNAMIC)
+    assert env.var_to_sources[sym] == [s]
+    assert env.var_to_sources[sym][0].name == "L['x'].scale.size()[0]"
