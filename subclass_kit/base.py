@@ -293,26 +293,9 @@ class WrapperTensor(torch.Tensor):
     #: storage; an in-place or ``out=`` op returns the argument it wrote). See ``aliasing.py``.
     correct_aliasing = staticmethod(aliasing.correct_aliasing)
 
-    def rewrap(self, func, args, kwargs, *results):
-        """Wrap the per-inner results of ``func`` like ``self``, aliased as its schema says.
-
-        ``results`` holds one result per inner tensor (declaration order; a tensor, or a
-        list/tuple of them for ops like ``split``). Each becomes an instance of
-        ``type(self)`` with ``self``'s meta values (the outer dtype follows the result when
-        it tracks the primary's) and the primary result's size and stride. When ``func`` is
-        a view the results share ``self``'s wrapper-level storage and its declared state; an
-        in-place op returns the argument it wrote. The view hook for handlers of view ops.
-
-        Example:
-            >>> import torch
-            >>> from subclass_kit.examples import TwoTensor
-            >>> x = TwoTensor(torch.ones(2, 3), torch.zeros(2, 3))
-            >>> t = torch.ops.aten.t.default
-            >>> y = x.rewrap(t, (x,), {}, x.a.t(), x.b.t())
-            >>> tuple(y.shape), y.untyped_storage()._cdata == x.untyped_storage()._cdata
-            ((3, 2), True)
-        """
-        return fallbacks.rewrap(self, func, args, kwargs, results)
+    #: ``x.rewrap(func, args, kwargs, *results)``: the view hook for handlers of view ops
+    #: (see ``fallbacks.rewrap``; bound here without a wrapper: it runs on every view op).
+    rewrap = fallbacks.rewrap
 
 
 def _init_extension_surface(cls, spec) -> None:

@@ -72,15 +72,32 @@ def wrap_like(tmpl, results, state=None):
             cls, tuple(results), ctx, r0.shape, r0.stride(), r0.storage_offset(), dtype, r0.device
         )
         if state:
-            instance_state.put(out, state)
+            out.__dict__.update(state)  # from instance_state.of: declared names only
         return out
     if isinstance(r0, (list, tuple)):
         return type(r0)(wrap_like(tmpl, list(parts), state) for parts in zip(*results))
     return r0
 
 
-def rewrap(tmpl, func, args, kwargs, results):
-    """``WrapperTensor.rewrap``: wrap per-inner results like ``tmpl``, aliased per the schema."""
+def rewrap(tmpl, func, args, kwargs, *results):
+    """``x.rewrap(func, args, kwargs, *results)``: wrap per-inner results like ``x``, aliased per the schema.
+
+    ``results`` holds one result per inner tensor of ``x`` (declaration order; a tensor, or a
+    list/tuple of them for ops like ``split``). Each becomes an instance of ``type(x)`` with
+    ``x``'s meta values (the outer dtype follows the result when it tracks the primary's) and
+    the primary result's size and stride. When ``func`` is a view the results share ``x``'s
+    wrapper-level storage and its declared state; an in-place op returns the argument it
+    wrote. The view hook for handlers of view ops (``WrapperTensor.rewrap``).
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit.examples import TwoTensor
+        >>> x = TwoTensor(torch.ones(2, 3), torch.zeros(2, 3))
+        >>> t = torch.ops.aten.t.default
+        >>> y = x.rewrap(t, (x,), {}, x.a.t(), x.b.t())
+        >>> tuple(y.shape), y.untyped_storage()._cdata == x.untyped_storage()._cdata
+        ((3, 2), True)
+    """
     plan = aliasing.plan(func)
     if plan is aliasing.FUNCTIONAL:
         return wrap_like(tmpl, results)

@@ -1,9 +1,8 @@
 """``AsyncCollectiveTensor``: a collective's result, waited at first data use (docs/collectives.md)."""
 
-from __future__ import annotations
-
 import atexit
 import weakref
+from functools import partial
 
 import torch
 
@@ -50,8 +49,7 @@ class Pending:
             pass
 
 
-# Cells not yet collected: one still referenced at exit would outlive c10d (which warns).
-_LIVE: "weakref.WeakSet[Pending]" = weakref.WeakSet()
+_LIVE: "weakref.WeakSet[Pending]" = weakref.WeakSet()  # uncollected cells: waited at exit, before c10d
 atexit.register(lambda: [cell.__del__() for cell in list(_LIVE)])
 
 
@@ -86,15 +84,7 @@ class AsyncCollectiveTensor(WrapperTensor):
         """
         if self.requires_grad and torch.is_grad_enabled():
             return _wait_op(self)  # differentiable (identity backward); lands in _wait below
-        return self._waited()
-
-    def _waited(self) -> torch.Tensor:
-        if self._pending is not None:
-            if _compat.in_fake_or_proxy_mode():  # a captured eager instance: the graph waits
-                return _wait_op(self.elem)
-            self._pending.wait()  # re-raises if the collective failed
-            self._pending = None
-        return self.elem
+        return _plain(self)
 
     wait = trigger_wait  # torch's ACT spells it both ways
     completed = property(lambda self: self._pending is None or self._pending.done, doc="True once waited.")
@@ -122,23 +112,32 @@ class AsyncCollectiveTensor(WrapperTensor):
 
     @classmethod
     def __op_handler__(cls, func):  # no op maps over elem: a view stays pending, others wait
-        return _view if _compat.is_pure_view(func) else _data_use
+        return partial(_view if _compat.is_pure_view(func) else _data_use, _compat.raw_op(func))
 
 
-def _plain(a, wait=True):
+def _plain(a, wait=True):  # the buffer of an ACT (waited unless wait=False); lists element-wise
     if type(a) is AsyncCollectiveTensor:
-        return a._waited() if wait else a.elem
-    return type(a)(_plain(x, wait) for x in a) if type(a) in (list, tuple) else a
+        if wait and a._pending is not None:
+            if _compat.in_fake_or_proxy_mode():  # a captured eager instance: the graph waits
+                return _wait_op(a.elem)
+            a._pending.wait()  # re-raises if the collective failed
+            a._pending = None
+        return a.elem
+    return type(a)(_plain(x) for x in a) if wait and type(a) in (list, tuple) else a  # views take no lists
 
 
-def _data_use(func, types, args, kwargs):  # an in-place/out= op returns the written wrappers
-    out = func(*[_plain(a) for a in args], **{k: _plain(v) for k, v in kwargs.items()})
+def _data_use(op, func, types, args, kwargs):  # in-place/out= ops return the written wrappers
+    out = op(*[_plain(a) for a in args], **{k: _plain(v) for k, v in kwargs.items()})
     return WrapperTensor.correct_aliasing(func, args, kwargs, out)
 
 
-def _view(func, types, args, kwargs):
-    a = next(x for x in (*args, *kwargs.values()) if type(x) is AsyncCollectiveTensor)
-    out = func(*[_plain(x, False) for x in args], **{k: _plain(v, False) for k, v in kwargs.items()})
+def _view(op, func, types, args, kwargs):  # op: func's C++ callable (no OpOverload.__call__ frame)
+    a = args[0]
+    if type(a) is AsyncCollectiveTensor and not kwargs:  # the common shape, on every view: shortest
+        out = op(a.elem, *args[1:])
+    else:
+        a = next(x for x in (*args, *kwargs.values()) if type(x) is AsyncCollectiveTensor)
+        out = op(*[_plain(x, False) for x in args], **{k: _plain(v, False) for k, v in kwargs.items()})
     if a._pending is None and type(a.elem) is _FT:
         return out  # in a functionalized trace the input was waited at the top: views are plain
     return a.rewrap(func, args, kwargs, out)
@@ -146,5 +145,5 @@ def _view(func, types, args, kwargs):
 
 @AsyncCollectiveTensor.implements(_wait_op)
 def _wait(func, types, args, kwargs):  # autograd gives the result history: a new tensor, not elem
-    return args[0]._waited().view_as(args[0].elem) if args[0].requires_grad else args[0]._waited()
+    return _plain(args[0]).view_as(args[0].elem) if args[0].requires_grad else _plain(args[0])
 
