@@ -17,7 +17,7 @@ from .errors import (
     SubclassOutputError as SubclassOutputError,
     UnsupportedOpError as UnsupportedOpError,
 )
-from .fields import inner as inner, meta as meta
+from .fields import inner as inner, meta as meta, state as state
 
 
 def _installed_version() -> str:
@@ -41,6 +41,7 @@ __all__ = [
     "WrapperTensor",
     "inner",
     "meta",
+    "state",
     "fallbacks",
     "pytree",
     "serialization",

@@ -13,10 +13,12 @@ from typing import Any, ClassVar, dataclass_transform
 
 import torch
 
-from . import _compat, dispatch, flatten, pre_dispatch
-from .construct import construct
+from . import _compat, dispatch, flatten, instance_state, pre_dispatch
+from . import aliasing, fallbacks
+from .construct import construct, contiguous_strides, from_parts
+from .ctx import SubclassCtx
 from .errors import LocalClassWarning
-from .fields import inner, meta
+from .fields import MISSING, inner, meta, state
 from .spec import ClassSpec, build_spec
 
 __all__ = ["WrapperTensor"]
@@ -32,7 +34,7 @@ def _meta_property(name: str):
     return property(fget, doc=f"meta field {name!r} (read-only; part of the ctx)")
 
 
-@dataclass_transform(field_specifiers=(inner, meta), kw_only_default=False)
+@dataclass_transform(field_specifiers=(inner, meta, state), kw_only_default=False)
 class WrapperTensor(torch.Tensor):
     """Base class for wrapper tensor subclasses with declared fields.
 
@@ -89,6 +91,7 @@ class WrapperTensor(torch.Tensor):
             # A plain function in the class body would become a method; keep it plain.
             cls.__fallback__ = staticmethod(fb)
         dispatch.init_class(cls)
+        _init_extension_surface(cls, spec)
         if "<locals>" in cls.__qualname__ and not abstract:
             warnings.warn(
                 f"{cls.__qualname__} is defined inside a function, so it is not importable by "
@@ -102,7 +105,10 @@ class WrapperTensor(torch.Tensor):
         return construct(cls, args, dict(kwargs))
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
+        # Runs after validated construction only (see __post_init__ below).
+        post = self.__post_init__
+        if post is not None:
+            post()
 
     # ---- the derived protocol (see flatten.py) --------------------------------------
     __tensor_flatten__ = flatten.tensor_flatten
@@ -210,7 +216,113 @@ class WrapperTensor(torch.Tensor):
         """
         return dispatch.register_torch_functions(cls, fns)
 
+    # ---- extension surface: what subclasses with more than fields build on ---------------
+    # Documented in docs/authoring.md ("Beyond fields"). AsyncCollectiveTensor is built on it.
+
+    #: ``def __post_init__(self)``: runs after validated construction (``Cls(...)``), e.g.
+    #: to set declared ``state()``; trusted rebuilds (``from_parts``, unflatten, handlers'
+    #: results) never run it. None: nothing to run.
+    __post_init__ = None
+
+    @classmethod
+    def __op_handler__(cls, func):
+        """The handler for an aten op this class registered none for, or None (the default).
+
+        Consulted once per (class, op), after the registered handlers and before the
+        built-in ones and ``__fallback__``; the answer is cached. Override it to classify
+        ops by their schema (every view one way, everything else another) instead of
+        registering them one by one.
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit import WrapperTensor, inner
+            >>> class Frozen(WrapperTensor):
+            ...     payload: torch.Tensor = inner()
+            ...     @classmethod
+            ...     def __op_handler__(cls, func):
+            ...         def plain(func, types, args, kwargs):  # compute on the payload, return plain
+            ...             return func(*[a.payload if type(a) is Frozen else a for a in args], **kwargs)
+            ...         return plain
+            >>> torch.add(Frozen(torch.ones(2)), 1)
+            tensor([2., 2.])
+        """
+        return None
+
+    @classmethod
+    def from_parts(cls, inners, /, ctx=None, *, size=None, stride=None, offset=None,
+                   requires_grad: bool = False, **state):
+        """Trusted construction from parts already known to fit: no validation, no ``__post_init__``.
+
+        Args:
+            inners: the inner tensors, a tuple in declaration order (None for an absent
+                optional one) or a dict by name.
+            ctx: the ctx (e.g. another instance's, from ``__tensor_flatten__``); None: the
+                meta defaults with the primary inner tensor's dtype.
+            size, stride, offset: the outer tensor's; by default the primary's.
+            requires_grad: for the outer tensor.
+            **state: values for declared ``state()`` attributes.
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.examples import TwoTensor
+            >>> t = TwoTensor.from_parts((torch.ones(2, 3), torch.zeros(2, 3)), size=(3, 2))
+            >>> type(t).__name__, tuple(t.shape), t.stride()
+            ('TwoTensor', (3, 2), (2, 1))
+        """
+        if type(inners) is dict:
+            inners = tuple([inners.get(n) for n in cls._kit_inner_names])
+        else:
+            inners = tuple(inners)
+        primary = inners[0]
+        if ctx is None:
+            ctx = _default_ctx(cls, primary.dtype, inners)
+        if size is None:
+            size = primary.shape
+            stride = primary.stride() if stride is None else stride
+        elif stride is None:
+            stride = contiguous_strides(size)
+        if offset is None:
+            offset = primary.storage_offset() if primary.dim() == len(size) else 0
+        out = from_parts(cls, inners, ctx, size, tuple(stride), offset, ctx.dtype, primary.device, requires_grad)
+        if state:
+            instance_state.put(out, state)
+        return out
+
+    #: ``correct_aliasing(func, args, kwargs, out)``: what a handler of ``func`` returns for
+    #: ``out`` so that aliasing follows the op's schema (a view shares its input's wrapper-level
+    #: storage; an in-place or ``out=`` op returns the argument it wrote). See ``aliasing.py``.
+    correct_aliasing = staticmethod(aliasing.correct_aliasing)
+
+    #: ``x.rewrap(func, args, kwargs, *results)``: the view hook for handlers of view ops
+    #: (see ``fallbacks.rewrap``; bound here without a wrapper: it runs on every view op).
+    rewrap = fallbacks.rewrap
+
+
+def _init_extension_surface(cls, spec) -> None:
+    instance_state.install(cls, spec)
+    cls._kit_default_ctxs = {}
+
+
+def _default_ctx(cls, dtype, inners):
+    present = tuple([n for n, t in zip(cls._kit_inner_names, inners) if t is not None])
+    ctxs = cls._kit_default_ctxs
+    c = ctxs.get((dtype, present))
+    if c is None:
+        spec = cls.__kit_spec__
+        if MISSING in spec.meta_defaults:
+            raise TypeError(
+                f"{spec.qualname}.from_parts needs ctx=: the meta fields "
+                f"{[n for n, d in zip(spec.meta_names, spec.meta_defaults) if d is MISSING]} "
+                "have no defaults. Pass another instance's ctx, or build the instance with "
+                f"{spec.qualname}(...)."
+            )
+        c = ctxs[(dtype, present)] = SubclassCtx.make(
+            spec.qualname, spec.meta_names, spec.meta_defaults, dtype, present
+        )
+    return c
+
 
 WrapperTensor.__kit_spec__ = ClassSpec("WrapperTensor", (), (), (), (), (), ())
 WrapperTensor._kit_default_inner_shapes = WrapperTensor.__dict__["__inner_shapes__"].__func__
 dispatch.init_class(WrapperTensor)
+_init_extension_surface(WrapperTensor, WrapperTensor.__kit_spec__)

@@ -15,12 +15,13 @@ from guards._canonical import canonical as _canonical
 
 __all__ = ["SubclassCtx", "canonical_value"]
 
-# Layout of the tuple; kept positional for speed.
+# Layout of the tuple. Private to this module: everyone else reads a ctx by name
+# (``ctx.present``, ``ctx.values``, ``ctx.<field>``).
 _OWNER, _NAMES, _VALUES, _DTYPE, _PRESENT = range(5)
 
 # Attributes of the ctx itself; meta fields may not take these names.
 RESERVED = frozenset(
-    {"owner", "fields", "dtype", "present", "canonical", "replace", "count", "index"}
+    {"owner", "fields", "values", "dtype", "present", "canonical", "replace", "count", "index"}
 )
 
 
@@ -56,6 +57,8 @@ class SubclassCtx(tuple):
                 f"{list(names)}"
             ) from None
 
+    # Plain Python properties, not operator.itemgetter: dynamo traces these reads (in
+    # unflatten under strict export) and cannot call an itemgetter.
     @property
     def owner(self) -> str:
         """Qualified name of the class this ctx belongs to."""
@@ -70,6 +73,17 @@ class SubclassCtx(tuple):
     def present(self) -> tuple:
         """Names of the inner tensors that are present (optional ones may be absent)."""
         return tuple.__getitem__(self, _PRESENT)
+
+    @property
+    def values(self) -> tuple:
+        """The meta values in declaration order (for handlers that read every one, on every call).
+
+        Example:
+            >>> import torch
+            >>> SubclassCtx.make("B", ("block", "axis"), (32, 0), torch.float32, ("q",)).values
+            (32, 0)
+        """
+        return tuple.__getitem__(self, _VALUES)
 
     @property
     def fields(self) -> tuple:

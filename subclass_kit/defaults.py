@@ -11,7 +11,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from . import _compat, aliasing, pre_dispatch
+from . import _compat, aliasing, instance_state, pre_dispatch
 from .construct import from_parts
 
 __all__ = ["builtin_handler", "is_outer_shaped"]
@@ -79,7 +79,15 @@ def _detach(func, types, args, kwargs):
     inners = tuple([None if d[n] is None else func(d[n]) for n in cls._kit_inner_names])
     out = from_parts(cls, inners, x._kit_ctx, x.shape, x.stride(), x.storage_offset(), x.dtype, x.device)
     _compat.functionalize_unsafe_set(out, x)
+    if cls._kit_state_names:  # an alias shares its base's declared state
+        _share_state(out, x)
     return out
+
+
+def _share_state(out, x) -> None:
+    state = instance_state.of(x)
+    if state:
+        instance_state.put(out, state)
 
 
 def _clone(func, types, args, kwargs):
@@ -139,6 +147,8 @@ def _alias_of(x):
     inners = tuple([None if d[n] is None else alias(d[n]) for n in cls._kit_inner_names])
     out = from_parts(cls, inners, x._kit_ctx, x.shape, x.stride(), x.storage_offset(), x.dtype, x.device)
     _compat.functionalize_unsafe_set(out, x)
+    if cls._kit_state_names:  # an alias shares its base's declared state
+        _share_state(out, x)
     return out
 
 

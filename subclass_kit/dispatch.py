@@ -3,7 +3,7 @@ and the ``__torch_dispatch__`` that consults them.
 
 Lookup order for an aten overload, resolved once per (class, overload) and cached:
 the class's own table, then each parent's (overload before its packet at every level),
-then the kit's built-in handlers (detach, alias, clone, copies, outer-shaped views), then
+then ``Cls.__op_handler__(func)``, then the kit's built-in handlers (detach, alias, clone, copies, outer-shaped views), then
 ``Cls.__fallback__``. A registration anywhere clears every cache, so tables may be
 extended after classes (and their subclasses) exist.
 """
@@ -132,6 +132,9 @@ def find_registered(cls, func):
 
 def _resolve(cls, func):
     h = find_registered(cls, func)
+    if h is not None:
+        return h
+    h = cls.__op_handler__(func)  # the class's own classification (extension surface)
     if h is not None:
         return h
     from .defaults import builtin_handler

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import aliasing
+from . import aliasing, instance_state
 from .construct import from_parts
 from .errors import UnsupportedOpError
 
@@ -17,16 +17,22 @@ __all__ = ["map_inner", "to_plain", "raise_unsupported"]
 from .dispatch import raise_unsupported  # noqa: E402  (re-export: the default fallback)
 
 
+def _is_wrapper(x) -> bool:
+    # The class attribute every WrapperTensor has, instead of isinstance: this module sits
+    # below base.py (which imports it), so it cannot import WrapperTensor.
+    return getattr(type(x), "_kit_is_wrapper", False)
+
+
 def _first_wrapper(args, kwargs):
     for a in args:
-        if isinstance(a, WrapperTensor):
+        if _is_wrapper(a):
             return a
         if type(a) in (list, tuple):
             for b in a:
-                if isinstance(b, WrapperTensor):
+                if _is_wrapper(b):
                     return b
     for a in kwargs.values():
-        if isinstance(a, WrapperTensor):
+        if _is_wrapper(a):
             return a
     return None
 
@@ -47,8 +53,10 @@ def _swap_kw(kwargs, cls, name):
     return {k: (v.__dict__[name] if type(v) is cls else v) for k, v in kwargs.items()}
 
 
-def wrap_like(tmpl, results):
-    """Wrap per-inner results (declaration order) into ``type(tmpl)`` instances."""
+def wrap_like(tmpl, results, state=None):
+    """Wrap per-inner results (declaration order) into ``type(tmpl)`` instances.
+
+    ``state``: declared state values the new instances share (a view's, from its base)."""
     r0 = results[0]
     if isinstance(r0, torch.Tensor):
         cls = type(tmpl)
@@ -60,12 +68,41 @@ def wrap_like(tmpl, results):
         if dtype is d[cls._kit_inner_names[0]].dtype and r0.dtype is not dtype:
             dtype = r0.dtype
             ctx = ctx.replace(dtype=dtype)
-        return from_parts(
+        out = from_parts(
             cls, tuple(results), ctx, r0.shape, r0.stride(), r0.storage_offset(), dtype, r0.device
         )
+        if state:
+            out.__dict__.update(state)  # from instance_state.of: declared names only
+        return out
     if isinstance(r0, (list, tuple)):
-        return type(r0)(wrap_like(tmpl, list(parts)) for parts in zip(*results))
+        return type(r0)(wrap_like(tmpl, list(parts), state) for parts in zip(*results))
     return r0
+
+
+def rewrap(tmpl, func, args, kwargs, *results):
+    """``x.rewrap(func, args, kwargs, *results)``: wrap per-inner results like ``x``, aliased per the schema.
+
+    ``results`` holds one result per inner tensor of ``x`` (declaration order; a tensor, or a
+    list/tuple of them for ops like ``split``). Each becomes an instance of ``type(x)`` with
+    ``x``'s meta values (the outer dtype follows the result when it tracks the primary's) and
+    the primary result's size and stride. When ``func`` is a view the results share ``x``'s
+    wrapper-level storage and its declared state; an in-place op returns the argument it
+    wrote. The view hook for handlers of view ops (``WrapperTensor.rewrap``).
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit.examples import TwoTensor
+        >>> x = TwoTensor(torch.ones(2, 3), torch.zeros(2, 3))
+        >>> t = torch.ops.aten.t.default
+        >>> y = x.rewrap(t, (x,), {}, x.a.t(), x.b.t())
+        >>> tuple(y.shape), y.untyped_storage()._cdata == x.untyped_storage()._cdata
+        ((3, 2), True)
+    """
+    plan = aliasing.plan(func)
+    if plan is aliasing.FUNCTIONAL:
+        return wrap_like(tmpl, results)
+    state = instance_state.of(tmpl) if plan.view_pairs else None
+    return aliasing.correct_aliasing(func, args, kwargs, wrap_like(tmpl, results, state), plan)
 
 
 def map_inner(func, types, args, kwargs):
@@ -85,7 +122,7 @@ def map_inner(func, types, args, kwargs):
         >>> p.a.tolist(), p.b.tolist()
         ([3.0, 3.0], [0.0, 0.0])
     """
-    tmpl = args[0] if args and isinstance(args[0], WrapperTensor) else _first_wrapper(args, kwargs)
+    tmpl = args[0] if args and _is_wrapper(args[0]) else _first_wrapper(args, kwargs)
     cls = type(tmpl)
     d = tmpl.__dict__
     results = [
@@ -97,11 +134,13 @@ def map_inner(func, types, args, kwargs):
         return wrap_like(tmpl, results)
     if plan.write_args is not None:
         return aliasing.correct_aliasing(func, args, kwargs, None, plan)
-    return aliasing.correct_aliasing(func, args, kwargs, wrap_like(tmpl, results), plan)
+    # A view shares its base's declared state (e.g. a pending wait).
+    state = instance_state.of(tmpl) if plan.view_pairs else None
+    return aliasing.correct_aliasing(func, args, kwargs, wrap_like(tmpl, results, state), plan)
 
 
 def _plain(x, func):
-    if isinstance(x, WrapperTensor):
+    if _is_wrapper(x):
         if not hasattr(x, "to_plain"):
             raise UnsupportedOpError(
                 f"{type(x).__qualname__} uses fallbacks.to_plain for {func} but defines no "
@@ -128,7 +167,7 @@ def to_plain(func, types, args, kwargs):
     """
     for idx, name in aliasing.written_args(func):
         target = args[idx] if idx < len(args) else kwargs.get(name)
-        if isinstance(target, WrapperTensor):
+        if _is_wrapper(target):
             raise UnsupportedOpError(
                 f"{type(target).__qualname__} cannot run the in-place op {func} through "
                 "fallbacks.to_plain: the result would be written to a dense copy and lost. "
@@ -136,5 +175,3 @@ def to_plain(func, types, args, kwargs):
             )
     return func(*_plain(args, func), **{k: _plain(v, func) for k, v in kwargs.items()})
 
-
-from .base import WrapperTensor  # noqa: E402  (cycle: base imports dispatch imports us lazily)

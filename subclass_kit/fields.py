@@ -1,4 +1,5 @@
-"""Field specifiers: ``inner()`` for tensors held inside, ``meta()`` for constant metadata.
+"""Field specifiers: ``inner()`` for tensors held inside, ``meta()`` for constant metadata,
+``state()`` for per-instance state that is neither (see the extension surface in ``base.py``).
 
 The kind of a field comes from these specifier objects, never from the annotation (which
 may be a string under ``from __future__ import annotations``).
@@ -9,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["inner", "meta", "InnerField", "MetaField", "MISSING"]
+__all__ = ["inner", "meta", "state", "InnerField", "MetaField", "StateField", "MISSING"]
 
 
 class _Missing:
@@ -73,3 +74,44 @@ def meta(*, default: Any = MISSING, doc: str = "") -> Any:
         ...     block: int = meta(default=32)
     """
     return MetaField(default=default, doc=doc)
+
+
+@dataclass(frozen=True)
+class StateField:
+    """Spec of a per-instance state attribute (see :func:`state`)."""
+
+    default: Any = None
+    doc: str = ""
+    name: str = ""
+
+
+def state(*, default: Any = None, doc: str = "", init: bool = False) -> Any:
+    """Declare per-instance state: an attribute that is not part of the ctx.
+
+    Unlike ``inner()`` and ``meta()`` fields it is no constructor argument, is not flattened,
+    guarded, hashed or pickled, and may be set after construction by the class's own code
+    (``self._name = value``) or passed to the trusted ``Cls.from_parts(..., _name=value)``.
+    Views and aliases the kit builds share their base's state; any other instance (a
+    rebuild, an op's new result, an unpickled copy) starts from ``default``. Names may start
+    with ``_`` (state is usually private to the class).
+
+    Args:
+        default: the value an instance reads until one is set (shared: use an immutable one).
+        doc: a short description.
+        init: always False (for type checkers: the field is not a constructor argument).
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit import WrapperTensor, inner, state
+        >>> class Tracked(WrapperTensor):
+        ...     payload: torch.Tensor = inner()
+        ...     _uses: int = state(default=0)
+        >>> t = Tracked(torch.ones(2))
+        >>> t._uses, t.__tensor_flatten__()[0]
+        (0, ['payload'])
+        >>> t._uses = 3; t._uses, t.detach()._uses
+        (3, 3)
+    """
+    if init:
+        raise TypeError("state() fields are never constructor arguments; drop init=True.")
+    return StateField(default=default, doc=doc)

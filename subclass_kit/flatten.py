@@ -35,10 +35,9 @@ __all__ = [
 ]
 
 def tensor_flatten(self):
-    # Dynamo's guard on a wrapped input calls this on every call of the compiled function:
-    # ctx[4] is the tuple of present inner names (no property lookup).
+    # Dynamo's guard on a wrapped input calls this on every call of the compiled function.
     ctx = self._kit_ctx
-    return list(ctx[4]), ctx
+    return list(ctx.present), ctx
 
 
 def tensor_unflatten(cls, inner_tensors, ctx, outer_size, outer_stride):

@@ -15,7 +15,7 @@ import torch
 
 from .ctx import RESERVED
 from .errors import FieldDeclarationError
-from .fields import MISSING, InnerField, MetaField
+from .fields import MISSING, InnerField, MetaField, StateField
 
 __all__ = ["ClassSpec", "build_spec", "check_meta_value"]
 
@@ -34,6 +34,7 @@ class ClassSpec:
     inner_names: tuple
     meta_names: tuple
     meta_defaults: tuple  # MISSING where none
+    state: tuple = ()  # StateField: per-instance state, not fields (no ctx, no constructor argument)
 
     @property
     def primary(self) -> str:
@@ -91,13 +92,13 @@ def build_spec(cls: type, parent: ClassSpec | None, *, abstract: bool) -> ClassS
 
     declared = []
     for name, value in own.items():
-        if isinstance(value, (InnerField, MetaField)):
+        if isinstance(value, (InnerField, MetaField, StateField)):
             declared.append(name)
     for name in annotations:
         if name.startswith("__") or _is_classvar(annotations[name]):
             continue
         value = own.get(name, MISSING)
-        if not isinstance(value, (InnerField, MetaField)):
+        if not isinstance(value, (InnerField, MetaField, StateField)):
             if value is MISSING:
                 hint = f"`{name}: ... = inner()` for a tensor or `{name}: ... = meta()` for constant metadata"
             else:
@@ -181,4 +182,28 @@ def build_spec(cls: type, parent: ClassSpec | None, *, abstract: bool) -> ClassS
         inner_names=tuple(f.name for f in inner),
         meta_names=tuple(f.name for f in meta),
         meta_defaults=tuple(f.default for f in meta),
+        state=_build_state(qual, parent, own, annotations, taken),
     )
+
+
+def _build_state(qual: str, parent: ClassSpec | None, own: dict, annotations: dict, taken: set) -> tuple:
+    """The declared ``state()`` attributes of a class, its parents' first."""
+    out = list(parent.state) if parent is not None else []
+    names = {f.name for f in out}
+    for name in annotations:
+        spec = own.get(name)
+        if not isinstance(spec, StateField):
+            continue
+        if name in names or name in taken:
+            raise FieldDeclarationError(
+                f"{qual}.{name} is declared with state() but the name is already a field or "
+                "state of this class or a parent; rename it."
+            )
+        if hasattr(torch.Tensor, name):
+            raise FieldDeclarationError(
+                f"{qual}.{name}: the name shadows torch.Tensor.{name}, which torch itself "
+                "relies on; rename the state."
+            )
+        out.append(StateField(default=spec.default, doc=spec.doc, name=name))
+        names.add(name)
+    return tuple(out)

@@ -9,7 +9,7 @@ import torch
 
 from ..compiling import is_compiling
 from . import _compat
-from .act import pending
+from .act import AsyncCollectiveTensor, Pending
 from .errors import CollectiveArgumentError, CollectiveError
 from .groups import GroupRef
 
@@ -50,28 +50,29 @@ def _issue(where: str, group: GroupRef, fn, *args):
     """Run the native op; in eager wrap its output as a pending AsyncCollectiveTensor."""
     if _tracing():
         return _wait_op(fn(*args))
+    what = _what(where, group)
     try:
         out = fn(*args)
     except RuntimeError as e:
-        raise CollectiveError(
-            f"subclass_kit.collectives.{where} on group {group.name!r} ({group.size} ranks) "
-            f"could not be issued: {e}"
-        ) from e
-    return pending(out, (where, group))
+        raise CollectiveError(f"{what} could not be issued: {e}") from e
+    return AsyncCollectiveTensor.from_parts((out,), _pending=Pending(out, what))
+
+
+def _what(where: str, group: GroupRef) -> str:
+    # How errors name a collective: when it cannot be issued, and when its wait fails.
+    return f"subclass_kit.collectives.{where} on group {group.name!r} ({group.size} ranks)"
 
 
 def _issue_many(where: str, group: GroupRef, fn, *args) -> list:
     """Run a native coalesced op (a list of outputs); in eager each output is pending."""
     if _tracing():
         return [_wait_op(o) for o in fn(*args)]
+    what = _what(where, group)
     try:
         outs = fn(*args)
     except RuntimeError as e:
-        raise CollectiveError(
-            f"subclass_kit.collectives.{where} on group {group.name!r} ({group.size} ranks) "
-            f"could not be issued: {e}"
-        ) from e
-    return [pending(o, (where, group)) for o in outs]
+        raise CollectiveError(f"{what} could not be issued: {e}") from e
+    return [AsyncCollectiveTensor.from_parts((o,), _pending=Pending(o, what)) for o in outs]
 
 
 def _nograd(t: torch.Tensor) -> torch.Tensor:

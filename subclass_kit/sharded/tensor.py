@@ -9,7 +9,7 @@ import torch
 from .. import _compat as _kit_compat
 from ..base import WrapperTensor
 from ..construct import construct, from_parts
-from ..ctx import _VALUES, SubclassCtx
+from ..ctx import SubclassCtx
 from ..fields import inner, meta
 from .layout import local_shape
 from .mesh import MeshRef, mesh_ref
@@ -188,13 +188,10 @@ class ShardedTensor(WrapperTensor):
         ]
 
 
-_get = tuple.__getitem__
-
-
 def spec(x) -> tuple:
     """``(mesh, placements, coord)`` of a ShardedTensor: the ctx's meta values, read without
     the per-name attribute lookup (the op handlers read them on every call)."""
-    return _get(x._kit_ctx, _VALUES)
+    return x._kit_ctx.values
 
 
 _CTXS: dict = {}
@@ -282,7 +279,7 @@ def describe(x: ShardedTensor) -> str:
     )
 
 
-# spec() relies on the meta values sitting in declaration order.
+# spec() returns the meta values in declaration order, which its callers unpack.
 assert ShardedTensor.__kit_spec__.meta_names == ("mesh", "placements", "coord")
 
 

@@ -328,3 +328,15 @@ def test_views_alias_their_base_at_the_wrapper_level():
         y = view(x)
         assert type(y) is kit.AsyncCollectiveTensor, name
         assert y.untyped_storage()._cdata == base, name
+
+
+def test_views_on_the_slow_path_alias_their_base_too():
+    # A view call with keyword arguments takes the general path; it must share the base's
+    # wrapper-level storage and pending wait exactly as the positional fast path does.
+    x = kit.AsyncCollectiveTensor(torch.randn(4, 4))
+    y = torch.ops.aten.expand.default(x, [2, 4, 4], implicit=True)
+    assert type(y) is kit.AsyncCollectiveTensor
+    assert y.untyped_storage()._cdata == x.untyped_storage()._cdata
+    assert y._pending is x._pending and not y.completed
+    y + 1
+    assert x.completed

@@ -1,0 +1,55 @@
+"""Per-instance state declared with ``state()``: installed on the class, shared by views.
+
+State is what a wrapper instance carries besides its fields: not part of the ctx, so not
+flattened, guarded, hashed or pickled (an asynchronous result's pending wait, a cache). It
+lives in the instance's attributes; an instance that never set it reads the declared
+default from the class. Only this module, the base class and the kit's trusted
+constructors touch the instance dict for it.
+"""
+
+from __future__ import annotations
+
+__all__ = ["install", "of", "put"]
+
+
+def install(cls, spec) -> None:
+    """Give ``cls`` its state defaults as class attributes and remember the names."""
+    for f in spec.state:
+        if f.name in cls.__dict__:
+            # The StateField specifier is replaced by the default every instance starts from.
+            setattr(cls, f.name, f.default)
+    cls._kit_state_names = frozenset(f.name for f in spec.state)
+
+
+def of(x) -> dict | None:
+    """The state ``x`` has set (not the defaults), to share with a view of ``x``; None if none.
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit import WrapperTensor, inner, state
+        >>> class Tagged(WrapperTensor):
+        ...     payload: torch.Tensor = inner()
+        ...     _tag: str = state(default="")
+        >>> t = Tagged(torch.ones(1)); t._tag = "x"
+        >>> of(t)
+        {'_tag': 'x'}
+    """
+    names = type(x)._kit_state_names
+    if not names:
+        return None
+    d = x.__dict__
+    return {n: d[n] for n in names if n in d} or None
+
+
+def put(x, values: dict) -> None:
+    """Set declared state on a freshly built ``x`` (trusted paths; names are checked)."""
+    cls = type(x)
+    unknown = values.keys() - cls._kit_state_names
+    if unknown:
+        declared = sorted(cls._kit_state_names) or "none"
+        raise TypeError(
+            f"{cls.__qualname__} has no state named {sorted(unknown)} (declared state: "
+            f"{declared}). Declare it in the class body, e.g. `_name: object = state()`."
+        )
+    # Straight into the instance dict: a fresh instance, and state is never a field.
+    x.__dict__.update(values)
