@@ -15,7 +15,7 @@ import torch
 
 from . import _compat, dispatch, flatten, pre_dispatch
 from .construct import construct
-from .errors import LocalClassWarning
+from .errors import FrozenFieldError, LocalClassWarning
 from .fields import inner, meta
 from .spec import ClassSpec, build_spec
 
@@ -30,6 +30,21 @@ def _meta_property(name: str):
 
     fget.__name__ = name
     return property(fget, doc=f"meta field {name!r} (read-only; part of the ctx)")
+
+
+def _frozen_field_message(self, name: str, what: str) -> str:
+    cls = type(self)
+    spec = cls.__kit_spec__
+    kind = "inner tensor" if name in spec.inner_names else "meta"
+    args = ", ".join(
+        f"{f.name}=<new value>" if f.name == name else f"{f.name}=x.{f.name}" for f in spec.fields
+    )
+    return (
+        f"{spec.qualname}.{name} is a declared {kind} field and is read-only after "
+        f"construction (it was {what}). Compiled code guards and rebuilds a wrapper from its "
+        f"fields, so changing one in place would go unnoticed. Build a new instance "
+        f"instead: {cls.__name__}({args}, dtype=x.dtype)."
+    )
 
 
 @dataclass_transform(field_specifiers=(inner, meta), kw_only_default=False)
@@ -74,6 +89,7 @@ class WrapperTensor(torch.Tensor):
         cls.__kit_spec__ = spec
         cls._kit_inner_names = spec.inner_names
         cls._kit_field_index = {f.name: i for i, f in enumerate(spec.fields)}
+        cls._kit_field_names = frozenset(cls._kit_field_index)
         cls._kit_checked_meta = set()
         cls._kit_outer_shaped = {}
         for f in spec.inner:
@@ -103,6 +119,22 @@ class WrapperTensor(torch.Tensor):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
+
+    # ---- declared fields are read-only after construction -----------------------------
+    # The kit's own writers (from_parts, unflatten, pickling, deepcopy) fill ``__dict__``
+    # directly, which does not pass through here, so the per-op path pays nothing. Only
+    # declared names are guarded: any other attribute stays settable.
+    _kit_field_names: ClassVar[frozenset] = frozenset()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in type(self)._kit_field_names:
+            raise FrozenFieldError(_frozen_field_message(self, name, f"assigned a value of type {type(value).__name__}"))
+        torch.Tensor.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in type(self)._kit_field_names:
+            raise FrozenFieldError(_frozen_field_message(self, name, "deleted"))
+        torch.Tensor.__delattr__(self, name)
 
     # ---- the derived protocol (see flatten.py) --------------------------------------
     __tensor_flatten__ = flatten.tensor_flatten
