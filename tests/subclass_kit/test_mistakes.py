@@ -1,0 +1,283 @@
+"""Authors' mistakes caught where they are made, each with a named error (issue 13).
+
+Every test here failed before the fix: the mistake was accepted silently or surfaced later
+as a raw torch error naming neither the class nor the field.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+from typing import Literal, Optional
+
+import pytest
+import torch
+from expecttest import assert_expected_inline
+
+from subclass_kit import (
+    ConstructionError,
+    FieldDeclarationError,
+    FrozenFieldError,
+    InnerShapeError,
+    InnerShapesKeyError,
+    MetaTypeError,
+    OuterArgumentError,
+    SubclassKitError,
+    WrapperTensor,
+    fallbacks,
+    inner,
+    meta,
+)
+from subclass_kit.examples import BlockScaled, TwoTensor
+from symbolic import ceil_div
+
+
+def _q(rows=64, cols=8):
+    return torch.randint(-5, 5, (rows, cols), dtype=torch.int8)
+
+
+class WrongKey(WrapperTensor):
+    """BlockScaled with a typo in ``__inner_shapes__`` ('scales')."""
+
+    qdata: torch.Tensor = inner()
+    scale: torch.Tensor = inner()
+    block: int = meta(default=32)
+
+    @classmethod
+    def __inner_shapes__(cls, outer_size, ctx):
+        rows, cols = outer_size
+        return {"qdata": (rows, cols), "scales": (ceil_div(rows, ctx.block), 1)}
+
+
+class OmitsKey(WrongKey):
+    @classmethod
+    def __inner_shapes__(cls, outer_size, ctx):
+        return {"qdata": tuple(outer_size)}
+
+
+class ReturnsList(WrongKey):
+    @classmethod
+    def __inner_shapes__(cls, outer_size, ctx):
+        return [tuple(outer_size), (2, 1)]
+
+
+class OptInner(WrapperTensor):
+    vals: torch.Tensor = inner()
+    mask: torch.Tensor = inner(optional=True)
+
+    @classmethod
+    def __inner_shapes__(cls, outer_size, ctx):
+        return {"vals": tuple(outer_size)}  # mask left out: fine while it is absent
+
+
+class Typed(WrapperTensor):
+    vals: torch.Tensor = inner()
+    k: int = meta(default=1)
+    eps: float = meta(default=0.5)
+    axis: Literal["row", "col"] = meta(default="row")
+    maybe: Optional[str] = meta(default=None)
+    pair: tuple[int, int] = meta(default=(1, 2))
+    anything: object = meta(default="x")
+    __fallback__ = fallbacks.map_inner
+
+
+# ---- 1. __inner_shapes__ returning a wrong key or omitting one ------------------------------
+
+
+def test_inner_shapes_with_a_wrong_key_is_refused_at_construction():
+    with pytest.raises(InnerShapesKeyError) as info:
+        WrongKey(_q(), torch.ones(2, 1))
+    assert isinstance(info.value, InnerShapeError) and isinstance(info.value, ValueError)
+    assert_expected_inline(
+        str(info.value),
+        """WrongKey.__inner_shapes__(outer_size=(64, 8), ctx) returned keys 'qdata', 'scales', but must return one shape per inner field: expected 'qdata', 'scale' ('scales' is not an inner field; 'scale' is missing). Fix the keys of the dict WrongKey.__inner_shapes__ returns.""",
+    )
+
+
+def test_inner_shapes_omitting_a_present_inner_is_refused():
+    with pytest.raises(InnerShapesKeyError, match=r"'scale' is missing"):
+        OmitsKey(_q(), torch.ones(2, 1))
+    with pytest.raises(InnerShapesKeyError, match=r"returned a list, not a dict"):
+        ReturnsList(_q(), torch.ones(2, 1))
+
+
+def test_inner_shapes_may_leave_out_an_absent_optional_inner_only():
+    assert OptInner(torch.ones(3)).mask is None
+    with pytest.raises(InnerShapesKeyError, match=r"'mask' is missing"):
+        OptInner(torch.ones(3), torch.ones(3))
+
+
+# ---- 2, 3. assigning a declared field after construction ------------------------------------
+
+
+def test_assigning_an_inner_field_after_construction_is_refused():
+    x = BlockScaled.from_float(torch.randn(64, 8))
+    scale = x.scale
+    with pytest.raises(FrozenFieldError) as info:
+        x.scale = torch.ones(2, 1)
+    assert isinstance(info.value, AttributeError) and isinstance(info.value, SubclassKitError)
+    assert_expected_inline(
+        str(info.value),
+        """BlockScaled.scale is a declared inner tensor field and is read-only after construction (it was assigned a value of type Tensor). Compiled code guards and rebuilds a wrapper from its fields, so changing one in place would go unnoticed. Build a new instance instead: BlockScaled(qdata=x.qdata, scale=<new value>, block=x.block, dtype=x.dtype).""",
+    )
+    with pytest.raises(FrozenFieldError, match=r"BlockScaled\.qdata .* assigned a value of type float"):
+        x.qdata = 3.0
+    with pytest.raises(FrozenFieldError, match=r"BlockScaled\.scale .* deleted"):
+        del x.scale
+    assert x.scale is scale and x.qdata.dtype == torch.int8
+
+
+def test_assigning_a_meta_field_is_refused_with_the_same_error():
+    x = BlockScaled.from_float(torch.randn(64, 8))
+    with pytest.raises(FrozenFieldError, match=r"BlockScaled\.block is a declared meta field .* block=<new value>"):
+        x.block = 16
+    assert x.block == 32
+
+
+def test_assigning_a_field_inside_a_compiled_function_is_refused():
+    x = BlockScaled.from_float(torch.randn(64, 8))
+
+    def f(t):
+        t.scale = t.scale * 2
+        return t.to_plain()
+
+    with pytest.raises(FrozenFieldError, match=r"BlockScaled\.scale"):
+        torch.compile(f, backend="eager")(x)
+
+
+def test_other_attributes_stay_settable_and_the_kits_own_writers_still_work():
+    x = BlockScaled.from_float(torch.randn(64, 8))
+    x.note = "mine"
+    x.requires_grad = True
+    assert x.note == "mine" and x.requires_grad
+    # pickling, deepcopy, dispatch outputs and unflatten fill __dict__ directly
+    y = pickle.loads(pickle.dumps(x.detach()))
+    z = copy.deepcopy(x)
+    t = TwoTensor(torch.ones(2, 3), torch.zeros(2, 3))
+    u = (t + 1).t()
+    names, ctx = t.__tensor_flatten__()
+    v = TwoTensor.__tensor_unflatten__({"a": t.a, "b": t.b}, ctx, t.shape, t.stride())
+    buf = io.BytesIO()
+    torch.save(x.detach(), buf)
+    assert torch.equal(y.to_plain(), x.detach().to_plain()) and torch.equal(z.scale, x.scale)
+    assert u.a.shape == (3, 2) and v.b is t.b
+    p = torch.nn.Parameter(BlockScaled.from_float(torch.randn(64, 8)))
+    assert isinstance(p, BlockScaled) and p._is_param
+
+
+# ---- 4. a bogus stride= ---------------------------------------------------------------------
+
+
+class Flat(WrapperTensor):
+    buf: torch.Tensor = inner()
+
+    @classmethod
+    def __inner_shapes__(cls, outer_size, ctx):
+        n = 1
+        for s in outer_size:
+            n = n * s
+        return {"buf": (n,)}
+
+
+def test_stride_of_the_wrong_length_is_refused():
+    with pytest.raises(OuterArgumentError) as info:
+        BlockScaled(_q(), torch.ones(2, 1), stride=(1, 2, 3))
+    assert isinstance(info.value, ConstructionError) and isinstance(info.value, ValueError)
+    assert_expected_inline(
+        str(info.value),
+        """BlockScaled: stride= (1, 2, 3) has 3 entries but the outer size (64, 8) has 2 dimensions. Pass one stride per dimension, e.g. stride=(8, 1) (row-major), or leave stride= out.""",
+    )
+
+
+def test_overlapping_or_negative_stride_is_refused():
+    with pytest.raises(OuterArgumentError, match=r"stride= \(1, 1\) overlaps for the outer size \(2, 3\)"):
+        Flat(torch.arange(6.0), size=(2, 3), stride=(1, 1))
+    with pytest.raises(OuterArgumentError, match=r"overlaps"):
+        Flat(torch.arange(6.0), size=(2, 3), stride=(0, 1))
+    with pytest.raises(OuterArgumentError, match=r"negative stride"):
+        Flat(torch.arange(6.0), size=(2, 3), stride=(3, -1))
+    with pytest.raises(OuterArgumentError, match=r"sequence of ints"):
+        Flat(torch.arange(6.0), size=(2, 3), stride="3,1")
+
+
+def test_stride_contradicting_a_primary_of_the_outer_shape_is_refused():
+    with pytest.raises(OuterArgumentError) as info:
+        BlockScaled(_q(), torch.ones(2, 1), stride=(100, 1))
+    assert_expected_inline(
+        str(info.value),
+        """BlockScaled: stride= (100, 1) differs from the strides (8, 1) of the primary inner tensor, which has the outer size (64, 8) and so backs the outer layout. Leave stride= out (the primary's layout is used), or lay the primary out that way first: torch.empty_strided(size, stride, dtype=...).copy_(primary).""",
+    )
+
+
+def test_valid_strides_are_still_accepted():
+    assert Flat(torch.arange(6.0), size=(2, 3), stride=(1, 2)).stride() == (1, 2)  # column-major
+    sliced = torch.randn(2, 6)[:, ::2]  # gaps between elements
+    assert TwoTensor(sliced, sliced.clone(), stride=(6, 2)).stride() == (6, 2)
+    assert Flat(torch.arange(3.0), size=(1, 3), stride=(0, 1)).stride() == (0, 1)  # size-1 dim: free
+    a = torch.randn(3, 5).t()
+    assert TwoTensor(a, a.clone(), stride=a.stride()).stride() == a.stride()
+
+
+# ---- 5. a meta value of the wrong type for its annotation -----------------------------------
+
+
+def test_meta_value_of_the_wrong_type_is_refused_at_construction():
+    with pytest.raises(MetaTypeError) as info:
+        BlockScaled(_q(), torch.ones(2, 1), block="32")
+    assert isinstance(info.value, ConstructionError) and isinstance(info.value, TypeError)
+    assert_expected_inline(
+        str(info.value),
+        """BlockScaled.block is a meta field annotated int but the value passed is '32' (a str). Pass block=32, or change the annotation if the field is meant to hold a str.""",
+    )
+    # the per-class cache of accepted values does not let it through a second time
+    with pytest.raises(MetaTypeError):
+        BlockScaled(_q(), torch.ones(2, 1), block="32")
+
+
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        ({"k": 1.5}, "Typed.k is a meta field annotated int but the value passed is 1.5"),
+        ({"eps": "0.1"}, "Pass eps=0.1"),
+        ({"axis": "diag"}, "annotated one of ('row', 'col')"),
+        ({"maybe": 3}, "annotated str | None"),
+        ({"pair": [1, 2]}, "not hashable"),  # the existing hashability check comes first
+        ({"pair": 3}, "annotated tuple"),
+    ],
+    ids=["int", "float-from-str", "literal", "optional", "unhashable", "generic"],
+)
+def test_meta_annotations_that_are_checked(kwargs, words):
+    with pytest.raises((MetaTypeError, FieldDeclarationError)) as info:
+        Typed(torch.ones(2), **kwargs)
+    assert words in str(info.value)
+
+
+def test_meta_values_the_annotation_allows_are_accepted():
+    import numpy as np
+
+    x = Typed(torch.ones(2), k=np.int64(3), eps=2, axis="col", maybe="m", pair=(3, 4), anything=b"raw")
+    assert (x.k, x.eps, x.axis, x.maybe, x.pair) == (3, 2, "col", "m", (3, 4))
+
+
+def test_meta_default_of_the_wrong_type_is_refused_at_class_definition():
+    with pytest.raises(FieldDeclarationError, match=r"Bad\.block is a meta field annotated int but its default is '32'"):
+
+        class Bad(WrapperTensor, abstract=True):
+            block: int = meta(default="32")
+
+
+# ---- 7. a string dtype (and other outer arguments) ------------------------------------------
+
+
+def test_string_dtype_is_refused_with_the_spelling_to_use():
+    with pytest.raises(OuterArgumentError) as info:
+        BlockScaled(_q(), torch.ones(2, 1), dtype="float32")
+    assert_expected_inline(
+        str(info.value),
+        """BlockScaled: dtype= must be a torch.dtype (e.g. torch.float32) but got 'float32' (a str). Pass dtype=torch.float32.""",
+    )
+    with pytest.raises(OuterArgumentError, match=r"device= must be a torch.device"):
+        BlockScaled(_q(), torch.ones(2, 1), device="gpu0")
+    with pytest.raises(OuterArgumentError, match=r"size= must be a sequence of ints"):
+        Flat(torch.arange(6.0), size=6)
