@@ -183,3 +183,12 @@ def aoti_load_package(path):
     import torch._inductor
 
     return torch._inductor.aoti_load_package(path)
+
+
+def op_return_types(func) -> tuple | None:
+    """The schema's return types of an aten overload as strings (``('Tensor', 'Tensor')``,
+    ``('List[Tensor]',)``), or None for something without a schema (a packet, a callable)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return None
+    return tuple(str(r.type) for r in schema.returns)

@@ -67,9 +67,12 @@ class InnerShapesKeyError(InnerShapeError):
     """A class's ``__inner_shapes__`` returned keys that are not its present inner fields."""
 
 
-class HandlerResultError(SubclassKitError, TypeError):
+class HandlerResultError(SubclassKitError, RuntimeError):
     """A dispatch handler returned something the op's schema cannot return (a list or a
-    float where the op returns one Tensor)."""
+    float where the op returns one Tensor).
+
+    A RuntimeError (what torch raises for it, "Unable to cast"), not a TypeError: torch turns
+    a TypeError inside ``x + y`` into NotImplemented, which would hide this message."""
 
 
 class LocalClassWarning(UserWarning):

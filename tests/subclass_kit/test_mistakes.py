@@ -19,6 +19,7 @@ from subclass_kit import (
     ConstructionError,
     FieldDeclarationError,
     FrozenFieldError,
+    HandlerResultError,
     InnerShapeError,
     InnerShapesKeyError,
     MetaTypeError,
@@ -281,3 +282,62 @@ def test_string_dtype_is_refused_with_the_spelling_to_use():
         BlockScaled(_q(), torch.ones(2, 1), device="gpu0")
     with pytest.raises(OuterArgumentError, match=r"size= must be a sequence of ints"):
         Flat(torch.arange(6.0), size=6)
+
+
+# ---- 6. a handler returning a list or a float where a tensor is due -------------------------
+
+aten = torch.ops.aten
+
+
+class Careless(WrapperTensor):
+    payload: torch.Tensor = inner()
+    __fallback__ = fallbacks.map_inner
+
+
+@Careless.implements(aten.add.Tensor)
+def _add_returns_list(func, types, args, kwargs):
+    return [args[0].payload + args[1]]
+
+
+@Careless.implements(aten.mul.Tensor)
+def _mul_returns_float(func, types, args, kwargs):
+    return 3.0
+
+
+@Careless.implements(aten.max.dim)
+def _max_returns_one(func, types, args, kwargs):
+    return args[0].payload.max(args[1]).values
+
+
+@Careless.implements(aten.sub.Tensor)
+def _sub_is_fine(func, types, args, kwargs):
+    return Careless(args[0].payload - args[1])
+
+
+def test_handler_returning_a_list_names_op_class_handler_and_value():
+    with pytest.raises(HandlerResultError) as info:
+        Careless(torch.ones(2)) + 1
+    assert isinstance(info.value, RuntimeError) and isinstance(info.value, SubclassKitError)
+    assert_expected_inline(
+        str(info.value),
+        """Careless's handler for aten.add.Tensor (test_mistakes._add_returns_list) returned a list ([tensor([2., 2.])]), but aten.add.Tensor returns one Tensor. Return one tensor: a plain torch.Tensor or a Careless (build one with Careless(...)); if the list holds the result, return its element.""",
+    )
+
+
+def test_handler_returning_a_float_or_too_few_results_is_named():
+    with pytest.raises(HandlerResultError, match=r"aten\.mul\.Tensor .*_mul_returns_float\) returned a float \(3\.0\)"):
+        Careless(torch.ones(2)) * 2
+    with pytest.raises(HandlerResultError, match=r"returns a tuple \(Tensor, Tensor\)"):
+        torch.max(Careless(torch.ones(2, 3)), 1)
+
+
+def test_correct_handlers_and_the_kits_own_are_unchanged():
+    y = Careless(torch.ones(2)) - 1
+    assert type(y) is Careless and y.payload.tolist() == [0.0, 0.0]
+    # the kit's own handlers are not wrapped: nothing added to their per-op path
+    from subclass_kit import dispatch
+    from subclass_kit.examples import ScaledTensor
+
+    assert dispatch.resolve(ScaledTensor, aten.mm.default) is dispatch.find_registered(ScaledTensor, aten.mm.default)
+    assert dispatch.resolve(Careless, aten.neg.default) is fallbacks.map_inner
+    assert dispatch.resolve(Careless, aten.sub.Tensor).__wrapped__ is _sub_is_fine
