@@ -192,3 +192,12 @@ def op_return_types(func) -> tuple | None:
     if schema is None:
         return None
     return tuple(str(r.type) for r in schema.returns)
+
+
+_AUTOGRAD_KEY = torch._C.DispatchKey.AutogradFunctionality
+
+
+def below_autograd() -> bool:
+    """True inside an op's dispatch (``__torch_dispatch__`` and its handlers), where
+    autograd has already run and must not record anything: its key is excluded there."""
+    return torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOGRAD_KEY)

@@ -25,6 +25,7 @@ from subclass_kit import (
     MetaTypeError,
     OuterArgumentError,
     SubclassKitError,
+    UnsupportedOpError,
     WrapperTensor,
     fallbacks,
     inner,
@@ -343,3 +344,66 @@ def test_correct_handlers_and_the_kits_own_are_unchanged():
     assert dispatch.resolve(ScaledTensor, aten.mm.default) is dispatch.find_registered(ScaledTensor, aten.mm.default)
     assert dispatch.resolve(Careless, aten.neg.default) is fallbacks.map_inner
     assert dispatch.resolve(Careless, aten.sub.Tensor).__wrapped__ is _sub_is_fine
+
+
+# ---- 8. to_plain() on a wrapper that requires grad is differentiable ------------------------
+
+
+def _dense_reference(x, loss_fn):
+    d = x.detach().to_plain().clone().requires_grad_(True)
+    loss_fn(d).backward()
+    return d.grad
+
+
+def _loss(p):
+    w = torch.linspace(-1.0, 1.0, p.shape[-1], dtype=p.dtype)
+    return ((p * w).sin() ** 2).sum() + p.pow(3).mean()
+
+
+@pytest.mark.parametrize("backend", [None, "aot_eager"], ids=["eager", "aot_eager"])
+def test_to_plain_is_differentiable_and_matches_the_dense_gradient(backend):
+    q = BlockScaled.from_float(torch.randn(70, 8, generator=torch.Generator().manual_seed(0)), block=16)
+    x = BlockScaled(q.qdata, q.scale, block=16, dtype=torch.float32, requires_grad=True)
+    t = TwoTensor(torch.randn(5, 4, dtype=torch.float64), torch.randn(5, 4, dtype=torch.float64)).requires_grad_()
+    for w in (x, t):
+        f = (lambda v: _loss(v.to_plain())) if backend is None else torch.compile(
+            lambda v: _loss(v.to_plain()), backend=backend, fullgraph=True
+        )
+        loss = f(w)
+        assert loss.grad_fn is not None
+        loss.backward()
+        ref = _dense_reference(w, _loss)
+        assert type(w.grad) is torch.Tensor  # the wrapper's value is its dense tensor
+        torch.testing.assert_close(w.grad, ref)
+
+
+def test_to_plain_without_grad_is_unchanged_and_handlers_record_nothing():
+    t = TwoTensor(torch.ones(2, 2), torch.zeros(2, 2))
+    assert t.to_plain() is t.a  # no grad: the inner tensor itself, as before
+    g = TwoTensor(torch.ones(2, 2), torch.zeros(2, 2)).requires_grad_()
+    with torch.no_grad():
+        assert g.to_plain().grad_fn is None
+    p = g.to_plain()
+    assert p.data_ptr() == g.a.data_ptr() and g.a.grad_fn is None  # a view; the inner is untouched
+    # ScaledTensor's mm handler calls a.to_plain() below autograd: the grad is torch's mm grad
+    from subclass_kit.examples import ScaledTensor
+
+    w = ScaledTensor.from_float(torch.randn(4, 3))
+    wq = ScaledTensor(w.qdata, w.scale, dtype=torch.float32, requires_grad=True)
+    a = torch.randn(2, 4, requires_grad=True)
+    torch.mm(a, wq).sum().backward()
+    torch.testing.assert_close(wq.grad, a.detach().t() @ torch.ones(2, 3))
+
+
+class WrongShapePlain(WrapperTensor):
+    vals: torch.Tensor = inner()
+
+    def to_plain(self):
+        return self.vals.reshape(-1)
+
+
+def test_to_plain_of_another_shape_under_grad_is_refused_with_the_fix():
+    x = WrongShapePlain(torch.ones(2, 3), requires_grad=True)
+    with pytest.raises(UnsupportedOpError, match=r"WrongShapePlain\.to_plain\(\) returned shape \(6,\) .* x\.detach\(\)"):
+        x.to_plain()
+    assert x.detach().to_plain().shape == (6,)
