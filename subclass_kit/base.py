@@ -57,6 +57,10 @@ class WrapperTensor(torch.Tensor):
     ``dtype=``, ``device=``, ``requires_grad=`` for the outer tensor (by default those of the
     primary inner tensor).
 
+    Declared fields are read-only after construction (``FrozenFieldError``); build a new
+    instance to change one. An optional ``to_plain()`` (the dense tensor) is differentiable:
+    on a wrapper that requires grad, the dense gradient goes to the wrapper as it is.
+
     Example:
         >>> import torch
         >>> from subclass_kit import WrapperTensor, inner, meta, fallbacks

@@ -108,7 +108,17 @@ to_plain_op = torch.ops.subclass_kit.to_plain.default
 
 
 def exportable_to_plain(fn):
-    """Wrap a class's ``to_plain`` so that export's tracers record it as one op."""
+    """Wrap a class's ``to_plain`` so that export's tracers record it as one op, and so that
+    on a wrapper that requires grad its result is differentiable (see ``_differentiable``).
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit.examples import TwoTensor
+        >>> x = TwoTensor(torch.ones(2), torch.zeros(2)).requires_grad_()
+        >>> (x.to_plain() * 3).sum().backward()
+        >>> x.grad
+        tensor([3., 3.])
+    """
     if getattr(fn, "_kit_exportable", False):
         return fn
 
