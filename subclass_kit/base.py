@@ -8,6 +8,7 @@ built-in handlers (``defaults.py``).
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any, ClassVar, dataclass_transform
 
@@ -30,6 +31,17 @@ def _meta_property(name: str):
 
     fget.__name__ = name
     return property(fget, doc=f"meta field {name!r} (read-only; part of the ctx)")
+
+
+def _torch_replaces_inner(cls, name: str) -> bool:
+    # AOTAutograd itself replaces the inner tensors of a tangent in place
+    # (``setattr(x, attr, new_elem)`` when it coerces a tangent's memory format or metadata),
+    # so an inner field assigned directly from torch's own code is let through. Only reached
+    # for declared names, never on the per-op path.
+    if name not in cls._kit_inner_names:
+        return False
+    caller = sys._getframe(2).f_globals.get("__name__", "")
+    return caller == "torch" or caller.startswith("torch.")
 
 
 def _frozen_field_message(self, name: str, what: str) -> str:
@@ -131,7 +143,7 @@ class WrapperTensor(torch.Tensor):
     _kit_field_names: ClassVar[frozenset] = frozenset()
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in type(self)._kit_field_names:
+        if name in type(self)._kit_field_names and not _torch_replaces_inner(type(self), name):
             raise FrozenFieldError(_frozen_field_message(self, name, f"assigned a value of type {type(value).__name__}"))
         torch.Tensor.__setattr__(self, name, value)
 
