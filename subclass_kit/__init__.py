@@ -11,8 +11,13 @@ from .ctx import SubclassCtx as SubclassCtx
 from .errors import (
     ConstructionError as ConstructionError,
     FieldDeclarationError as FieldDeclarationError,
+    FrozenFieldError as FrozenFieldError,
+    HandlerResultError as HandlerResultError,
     InnerShapeError as InnerShapeError,
+    InnerShapesKeyError as InnerShapesKeyError,
     LocalClassWarning as LocalClassWarning,
+    MetaTypeError as MetaTypeError,
+    OuterArgumentError as OuterArgumentError,
     SubclassKitError as SubclassKitError,
     SubclassOutputError as SubclassOutputError,
     UnsupportedOpError as UnsupportedOpError,
@@ -53,6 +58,11 @@ __all__ = [
     "InnerShapeError",
     "UnsupportedOpError",
     "SubclassOutputError",
+    "FrozenFieldError",
+    "MetaTypeError",
+    "OuterArgumentError",
+    "InnerShapesKeyError",
+    "HandlerResultError",
     "LocalClassWarning",
 ]
 

@@ -510,3 +510,21 @@ def register_mesh_member(name: str, fn) -> None:
     _register_distributed_opaque_types()
     setattr(DeviceMesh, name, fn)
     _OPAQUE_TYPES[DeviceMesh].members[name] = MemberType.USE_REAL
+
+
+def op_return_types(func) -> tuple | None:
+    """The schema's return types of an aten overload as strings (``('Tensor', 'Tensor')``,
+    ``('List[Tensor]',)``), or None for something without a schema (a packet, a callable)."""
+    schema = getattr(func, "_schema", None)
+    if schema is None:
+        return None
+    return tuple(str(r.type) for r in schema.returns)
+
+
+_AUTOGRAD_KEY = torch._C.DispatchKey.AutogradFunctionality
+
+
+def below_autograd() -> bool:
+    """True inside an op's dispatch (``__torch_dispatch__`` and its handlers), where
+    autograd has already run and must not record anything: its key is excluded there."""
+    return torch._C._dispatch_tls_is_dispatch_key_excluded(_AUTOGRAD_KEY)

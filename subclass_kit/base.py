@@ -8,6 +8,7 @@ built-in handlers (``defaults.py``).
 
 from __future__ import annotations
 
+import sys
 import warnings
 from typing import Any, ClassVar, dataclass_transform
 
@@ -17,7 +18,7 @@ from . import _compat, dispatch, flatten, instance_state, pre_dispatch
 from . import aliasing, fallbacks
 from .construct import construct, contiguous_strides, from_parts
 from .ctx import SubclassCtx
-from .errors import LocalClassWarning
+from .errors import FrozenFieldError, LocalClassWarning
 from .fields import MISSING, inner, meta, state
 from .spec import ClassSpec, build_spec
 
@@ -34,6 +35,32 @@ def _meta_property(name: str):
     return property(fget, doc=f"meta field {name!r} (read-only; part of the ctx)")
 
 
+def _torch_replaces_inner(cls, name: str) -> bool:
+    # AOTAutograd itself replaces the inner tensors of a tangent in place
+    # (``setattr(x, attr, new_elem)`` when it coerces a tangent's memory format or metadata),
+    # so an inner field assigned directly from torch's own code is let through. Only reached
+    # for declared names, never on the per-op path.
+    if name not in cls._kit_inner_names:
+        return False
+    caller = sys._getframe(2).f_globals.get("__name__", "")
+    return caller == "torch" or caller.startswith("torch.")
+
+
+def _frozen_field_message(self, name: str, what: str) -> str:
+    cls = type(self)
+    spec = cls.__kit_spec__
+    kind = "inner tensor" if name in spec.inner_names else "meta"
+    args = ", ".join(
+        f"{f.name}=<new value>" if f.name == name else f"{f.name}=x.{f.name}" for f in spec.fields
+    )
+    return (
+        f"{spec.qualname}.{name} is a declared {kind} field and is read-only after "
+        f"construction (it was {what}). Compiled code guards and rebuilds a wrapper from its "
+        f"fields, so changing one in place would go unnoticed. Build a new instance "
+        f"instead: {cls.__name__}({args}, dtype=x.dtype)."
+    )
+
+
 @dataclass_transform(field_specifiers=(inner, meta, state), kw_only_default=False)
 class WrapperTensor(torch.Tensor):
     """Base class for wrapper tensor subclasses with declared fields.
@@ -43,6 +70,10 @@ class WrapperTensor(torch.Tensor):
     fields positionally in declaration order or by keyword, plus ``size=``, ``stride=``,
     ``dtype=``, ``device=``, ``requires_grad=`` for the outer tensor (by default those of the
     primary inner tensor).
+
+    Declared fields are read-only after construction (``FrozenFieldError``); build a new
+    instance to change one. An optional ``to_plain()`` (the dense tensor) is differentiable:
+    on a wrapper that requires grad, the dense gradient goes to the wrapper as it is.
 
     Example:
         >>> import torch
@@ -76,6 +107,7 @@ class WrapperTensor(torch.Tensor):
         cls.__kit_spec__ = spec
         cls._kit_inner_names = spec.inner_names
         cls._kit_field_index = {f.name: i for i, f in enumerate(spec.fields)}
+        cls._kit_field_names = frozenset(cls._kit_field_index)
         cls._kit_checked_meta = set()
         cls._kit_outer_shaped = {}
         for f in spec.inner:
@@ -109,6 +141,22 @@ class WrapperTensor(torch.Tensor):
         post = self.__post_init__
         if post is not None:
             post()
+
+    # ---- declared fields are read-only after construction -----------------------------
+    # The kit's own writers (from_parts, unflatten, pickling, deepcopy) fill ``__dict__``
+    # directly, which does not pass through here, so the per-op path pays nothing. Only
+    # declared names are guarded: any other attribute stays settable.
+    _kit_field_names: ClassVar[frozenset] = frozenset()
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in type(self)._kit_field_names and not _torch_replaces_inner(type(self), name):
+            raise FrozenFieldError(_frozen_field_message(self, name, f"assigned a value of type {type(value).__name__}"))
+        torch.Tensor.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in type(self)._kit_field_names:
+            raise FrozenFieldError(_frozen_field_message(self, name, "deleted"))
+        torch.Tensor.__delattr__(self, name)
 
     # ---- the derived protocol (see flatten.py) --------------------------------------
     __tensor_flatten__ = flatten.tensor_flatten

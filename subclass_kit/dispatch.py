@@ -11,15 +11,16 @@ extended after classes (and their subclasses) exist.
 from __future__ import annotations
 
 import logging
+import os
 import weakref
 from typing import Callable
 
 import torch
 
 from . import _compat
-from .errors import UnsupportedOpError
+from .errors import HandlerResultError, UnsupportedOpError
 
-__all__ = ["registered_ops", "find_registered", "register_ops", "register_torch_functions", "resolve", "torch_function", "raise_unsupported"]
+__all__ = ["registered_ops", "find_registered", "register_ops", "register_torch_functions", "resolve", "checked_handler", "torch_function", "raise_unsupported"]
 
 _log = logging.getLogger(__name__)
 _ALL_CLASSES: "weakref.WeakSet[type]" = weakref.WeakSet()
@@ -133,10 +134,10 @@ def find_registered(cls, func):
 def _resolve(cls, func):
     h = find_registered(cls, func)
     if h is not None:
-        return h
+        return checked_handler(cls, func, h)
     h = cls.__op_handler__(func)  # the class's own classification (extension surface)
     if h is not None:
-        return h
+        return checked_handler(cls, func, h)
     from .defaults import builtin_handler
 
     h = builtin_handler(cls, func)
@@ -146,7 +147,104 @@ def _resolve(cls, func):
     # Once per (class, op): the result is cached by resolve().
     _log.debug("%s has no handler for %s; it goes to __fallback__ (%s)", cls.__qualname__, func,
                getattr(fb, "__qualname__", fb))
-    return fb
+    return checked_handler(cls, func, fb)
+
+
+# ---- what a handler returns -----------------------------------------------------------------
+# torch converts a handler's result to the op's schema *after* __torch_dispatch__ returns, so
+# a list or a float where one Tensor is due surfaces as "Unable to cast [...] to Tensor",
+# naming neither the op, the class nor the handler. Authors' handlers are therefore wrapped,
+# once per (class, op) when resolved, in a check for the schema's return kinds. The kit's
+# own handlers and fallbacks (code in this package) return what the op returns by
+# construction and stay unwrapped: the built-in per-op path pays nothing.
+
+_Tensor = torch.Tensor
+# The kit's own handlers are those whose code lives in this package's files.
+_KIT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _tensor_like(kind: str):
+    if kind == "Tensor":
+        return lambda v: isinstance(v, _Tensor)
+    if kind in ("Optional[Tensor]", "Tensor?"):
+        return lambda v: v is None or isinstance(v, _Tensor)
+    if kind in ("List[Tensor]", "Tensor[]"):
+        return lambda v: isinstance(v, (list, tuple)) and all(isinstance(x, _Tensor) for x in v)
+    return None  # ints, bools, SymInts, ...: not checked
+
+
+def _result_test(kinds: tuple):
+    if len(kinds) == 1:
+        return _tensor_like(kinds[0])
+    if len(kinds) > 1:
+        parts = [_tensor_like(k) for k in kinds]
+        if all(p is None for p in parts):
+            return None
+        n = len(kinds)
+        return lambda v: (
+            isinstance(v, (list, tuple)) and len(v) == n and all(p is None or p(x) for p, x in zip(parts, v))
+        )
+    return None
+
+
+def _brief(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def checked_handler(cls, func, h):
+    """``h`` wrapped in a check of its result against ``func``'s schema (authors' handlers
+    only; the kit's own are returned as they are).
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit import WrapperTensor, inner, HandlerResultError
+        >>> class Box(WrapperTensor):
+        ...     payload: torch.Tensor = inner()
+        >>> @Box.implements(torch.ops.aten.neg.default)
+        ... def _neg(func, types, args, kwargs):
+        ...     return [args[0].payload.neg()]
+        >>> try:
+        ...     torch.neg(Box(torch.ones(2)))
+        ... except HandlerResultError as e:
+        ...     print(str(e).split(" (")[0], "...", "returned a list" in str(e))
+        Box's handler for aten.neg.default ... True
+    """
+    code = getattr(h, "__code__", None)
+    if code is not None and code.co_filename.startswith(_KIT_DIR):
+        return h
+    kinds = _compat.op_return_types(func)
+    test = None if kinds is None else _result_test(kinds)
+    if test is None:
+        return h
+
+    def checked(func, types, args, kwargs):
+        out = h(func, types, args, kwargs)
+        if out is NotImplemented or test(out):
+            return out
+        raise HandlerResultError(_result_message(cls, func, h, kinds, out))
+
+    checked.__wrapped__ = h
+    checked.__name__ = getattr(h, "__name__", "handler")
+    checked.__qualname__ = getattr(h, "__qualname__", checked.__name__)
+    return checked
+
+
+def _result_message(cls, func, h, kinds, out) -> str:
+    op = _op_name(func)
+    name = cls.__qualname__
+    where = f"{getattr(h, '__module__', '?')}.{getattr(h, '__qualname__', h)}"
+    want = kinds[0] if len(kinds) == 1 else "a tuple (" + ", ".join(kinds) + ")"
+    got = f"a {type(out).__name__} ({_brief(out)})"
+    if kinds == ("Tensor",):
+        want = "one Tensor"
+        fix = f"Return one tensor: a plain torch.Tensor or a {name} (build one with {name}(...))"
+        fix += "; if the list holds the result, return its element." if isinstance(out, (list, tuple)) else "."
+    else:
+        fix = f"Return {want}, matching the op's schema."
+    return (
+        f"{name}'s handler for {op} ({where}) returned {got}, but {op} returns {want}. {fix}"
+    )
 
 
 def resolve(cls, func):

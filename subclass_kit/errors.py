@@ -10,6 +10,11 @@ __all__ = [
     "InnerShapeError",
     "UnsupportedOpError",
     "SubclassOutputError",
+    "FrozenFieldError",
+    "MetaTypeError",
+    "OuterArgumentError",
+    "InnerShapesKeyError",
+    "HandlerResultError",
     "LocalClassWarning",
 ]
 
@@ -36,6 +41,38 @@ class UnsupportedOpError(SubclassKitError, NotImplementedError):
 
 class SubclassOutputError(SubclassKitError, TypeError):
     """A deployment target (an AOTInductor package) would have to return a tensor subclass."""
+
+
+# ---- author mistakes caught where they are made (issue 13) ---------------------------------
+
+
+class FrozenFieldError(SubclassKitError, AttributeError):
+    """A declared inner or meta field was assigned after construction (``x.scale = ...``).
+
+    Fields are part of the flatten protocol: dynamo guards the ctx and AOTAutograd rebuilds
+    the wrapper from it, so a changed field would silently disagree with compiled code.
+    Build a new instance instead."""
+
+
+class MetaTypeError(ConstructionError):
+    """A meta value's type contradicts the field's annotation (``block="32"`` for ``int``)."""
+
+
+class OuterArgumentError(ConstructionError, ValueError):
+    """``size=``, ``stride=``, ``dtype=``, ``device=`` or ``requires_grad=`` is not valid for
+    the outer tensor (a string dtype, a stride that does not fit the size)."""
+
+
+class InnerShapesKeyError(InnerShapeError):
+    """A class's ``__inner_shapes__`` returned keys that are not its present inner fields."""
+
+
+class HandlerResultError(SubclassKitError, RuntimeError):
+    """A dispatch handler returned something the op's schema cannot return (a list or a
+    float where the op returns one Tensor).
+
+    A RuntimeError (what torch raises for it, "Unable to cast"), not a TypeError: torch turns
+    a TypeError inside ``x + y`` into NotImplemented, which would hide this message."""
 
 
 class LocalClassWarning(UserWarning):

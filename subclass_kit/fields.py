@@ -7,7 +7,7 @@ may be a string under ``from __future__ import annotations``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["inner", "meta", "state", "InnerField", "MetaField", "StateField", "MISSING"]
@@ -43,6 +43,10 @@ class MetaField:
     default: Any = MISSING
     doc: str = ""
     name: str = ""
+    # Filled in by the class spec, for the construction-time type check (spec.meta_type_test):
+    # the annotation as written (maybe a string) and the module it is resolved in.
+    annotation: Any = field(default=None, compare=False, repr=False)
+    home: str = field(default="", compare=False, repr=False)
 
 
 def inner(*, optional: bool = False, dtype: Any = None, doc: str = "") -> Any:

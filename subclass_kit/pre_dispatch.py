@@ -108,7 +108,17 @@ to_plain_op = torch.ops.subclass_kit.to_plain.default
 
 
 def exportable_to_plain(fn):
-    """Wrap a class's ``to_plain`` so that export's tracers record it as one op."""
+    """Wrap a class's ``to_plain`` so that export's tracers record it as one op, and so that
+    on a wrapper that requires grad its result is differentiable (see ``_differentiable``).
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit.examples import TwoTensor
+        >>> x = TwoTensor(torch.ones(2), torch.zeros(2)).requires_grad_()
+        >>> (x.to_plain() * 3).sum().backward()
+        >>> x.grad
+        tensor([3., 3.])
+    """
     if getattr(fn, "_kit_exportable", False):
         return fn
 
@@ -116,10 +126,13 @@ def exportable_to_plain(fn):
         if torch.compiler.is_dynamo_compiling():
             if torch.compiler.is_exporting():
                 return to_plain_op(self)
-            return fn(self)
+            return _differentiable(self, fn(self))
         if _compat.torch_function_mode_enabled() and _compat.pre_dispatch_export_tracer() is not None:
             return to_plain_op(self)
-        return fn(self)
+        out = fn(self)
+        if self.requires_grad and not _compat.below_autograd():
+            return _differentiable(self, out)
+        return out
 
     to_plain.__name__ = fn.__name__
     to_plain.__qualname__ = fn.__qualname__
@@ -127,6 +140,48 @@ def exportable_to_plain(fn):
     to_plain.__wrapped__ = fn
     to_plain._kit_exportable = True
     return to_plain
+
+
+# ---- to_plain() is differentiable -----------------------------------------------------------
+# A class's to_plain() reads inner tensors, which autograd does not see: on a wrapper that
+# requires grad its result used to have no grad_fn, and a loss through it failed. The
+# wrapper's value *is* its dense tensor, so d to_plain(x) / dx is the identity: the dense
+# gradient is handed to the wrapper as it is (a quantized leaf's .grad is dense, as the
+# gradients of ops through fallbacks.to_plain already are). A to_plain() that is
+# differentiable by itself (ShardedTensor's full_tensor) is left alone, and inside an op's
+# dispatch (a handler calling a.to_plain()) autograd has already run: nothing is recorded.
+
+
+class _DenseGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, wrapper, dense):
+        # Returning an input: autograd hands back a view of it carrying this node, so the
+        # result still shares memory with the inner tensor as it did without grad.
+        return dense
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+def _differentiable(self, out):
+    if (
+        self.requires_grad
+        and isinstance(out, torch.Tensor)
+        and not out.requires_grad
+        and torch.is_grad_enabled()
+    ):
+        if tuple(out.shape) != tuple(self.shape):
+            from .errors import UnsupportedOpError
+
+            raise UnsupportedOpError(
+                f"{type(self).__qualname__}.to_plain() returned shape {tuple(out.shape)} for a "
+                f"wrapper of shape {tuple(self.shape)} that requires grad, so its gradient cannot "
+                "be handed back to the wrapper. Return the dense tensor of the wrapper's own "
+                "shape from to_plain(), or call it on x.detach()."
+            )
+        return _DenseGrad.apply(self, out)
+    return out
 
 
 def to_plain_handler(func, types, args, kwargs):

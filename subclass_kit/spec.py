@@ -7,17 +7,21 @@ this one spec, so no list of field names is ever written twice.
 from __future__ import annotations
 
 import copy
+import numbers
 import pickle
+import sys
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from .ctx import RESERVED
-from .errors import FieldDeclarationError
+from .errors import FieldDeclarationError, MetaTypeError
 from .fields import MISSING, InnerField, MetaField, StateField
 
-__all__ = ["ClassSpec", "build_spec", "check_meta_value"]
+__all__ = ["ClassSpec", "build_spec", "check_meta_value", "check_meta_type", "meta_type_test"]
 
 # Keyword arguments of the constructor that describe the outer tensor.
 OUTER_KWARGS = ("size", "stride", "dtype", "device", "requires_grad")
@@ -155,7 +159,11 @@ def build_spec(cls: type, parent: ClassSpec | None, *, abstract: bool) -> ClassS
                         "deepcopy; dynamo deep-copies the ctx for its guard. Give the type a "
                         "value-based __eq__."
                     )
-            spec = MetaField(default=spec.default, doc=spec.doc, name=name)
+            spec = MetaField(
+                default=spec.default, doc=spec.doc, name=name, annotation=annotations[name], home=cls.__module__
+            )
+            if spec.default is not MISSING:
+                check_meta_type(qual, spec, spec.default, error=FieldDeclarationError, where="its default")
         else:
             spec = InnerField(optional=spec.optional, dtype=spec.dtype, doc=spec.doc, name=name)
         fields.append(spec)
@@ -207,3 +215,81 @@ def _build_state(qual: str, parent: ClassSpec | None, own: dict, annotations: di
         out.append(StateField(default=spec.default, doc=spec.doc, name=name))
         names.add(name)
     return tuple(out)
+
+
+# ---- meta values against their annotation ---------------------------------------------------
+# The annotation only *checks* a value; it never decides a field's kind (the specifier does).
+# What cannot be resolved or understood (a name imported under TYPE_CHECKING, a TypeVar, a
+# Protocol) is not checked rather than guessed at.
+
+# PEP 484's numeric tower, by ABC so numpy scalars pass too: an int is a fine float.
+_NUMERIC = {int: numbers.Integral, float: numbers.Real, complex: numbers.Complex}
+
+
+def _resolve(annotation: Any, home: str) -> Any:
+    if not isinstance(annotation, str):
+        return annotation
+    module = sys.modules.get(home)
+    try:
+        return eval(annotation, dict(vars(module)) if module is not None else {}, {})  # noqa: S307
+    except (NameError, AttributeError, SyntaxError, TypeError):
+        return None
+
+
+def meta_type_test(annotation: Any, home: str = "") -> tuple | None:
+    """``(predicate, text)`` checking a value against a meta field's annotation, or None.
+
+    Understood: classes (``int`` also takes any integral number, ``float`` any real),
+    ``None``, ``Optional``/``Union``/``X | Y``, ``Literal[...]``, ``Annotated[T, ...]``,
+    and generic aliases by their origin (``tuple[int, ...]`` checks ``tuple``). ``Any``,
+    ``object`` and anything else are not checked (None).
+
+    Example:
+        >>> test, text = meta_type_test("int | None")
+        >>> text, test(3), test("3"), test(None)
+        ('int | None', True, False, True)
+    """
+    tp = _resolve(annotation, home)
+    if tp is None and annotation is not None and annotation != "None":
+        return None  # unresolvable
+    if tp is typing.Any or tp is object:
+        return None
+    if tp is None or tp is type(None):
+        return (lambda v: v is None), "None"
+    origin = typing.get_origin(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        parts = [meta_type_test(a) for a in typing.get_args(tp)]
+        if any(p is None for p in parts):
+            return None
+        return (lambda v: any(p(v) for p, _ in parts)), " | ".join(t for _, t in parts)
+    if origin is typing.Literal:
+        allowed = typing.get_args(tp)
+        return (lambda v: any(type(v) is type(a) and v == a for a in allowed)), f"one of {allowed!r}"
+    if origin is typing.Annotated:
+        return meta_type_test(typing.get_args(tp)[0])
+    if isinstance(origin, type):
+        return (lambda v: isinstance(v, origin)), getattr(tp, "__name__", None) or repr(tp)
+    if isinstance(tp, type):
+        want = _NUMERIC.get(tp, tp)
+        return (lambda v: isinstance(v, want)), tp.__qualname__
+    return None
+
+
+def check_meta_type(owner: str, f: MetaField, value: Any, *, where: str, error: type = MetaTypeError) -> None:
+    """Raise ``error`` if ``value`` contradicts the annotation of meta field ``f``."""
+    test = meta_type_test(f.annotation, f.home)
+    if test is None or test[0](value):
+        return
+    text = test[1]
+    hint = f"Pass a value of type {text}"
+    convert = {"int": int, "float": float}.get(text)
+    if isinstance(value, str) and convert is not None:
+        try:
+            hint = f"Pass {f.name}={convert(value)!r}"
+        except ValueError:
+            pass
+    raise error(
+        f"{owner}.{f.name} is a meta field annotated {text} but {where} is {value!r} (a "
+        f"{type(value).__name__}). {hint}, or change the annotation if the field is meant to "
+        f"hold a {type(value).__name__}."
+    )
