@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from . import _compat
+from .pre_dispatch import maybe_record
 from .ctx import SubclassCtx
 from .errors import ConstructionError, InnerShapeError, InnerShapesKeyError, MetaTypeError, OuterArgumentError
 from .fields import MISSING, InnerField
@@ -51,8 +52,6 @@ def from_parts(cls, inners, ctx, size, stride, offset, dtype, device, requires_g
     if _compat.torch_function_mode_enabled():
         # User-level code under a torch-function mode, perhaps export's pre-dispatch
         # tracing, which must see this construction (see pre_dispatch.py).
-        from .pre_dispatch import maybe_record
-
         maybe_record(r, inners, size, stride, offset)
     return r
 

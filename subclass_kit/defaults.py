@@ -13,6 +13,7 @@ import torch
 
 from . import _compat, aliasing, instance_state, pre_dispatch
 from .construct import from_parts
+from .fallbacks import _first_wrapper, map_inner
 
 __all__ = ["builtin_handler", "is_outer_shaped"]
 
@@ -93,7 +94,6 @@ def _share_state(out, x) -> None:
 def _clone(func, types, args, kwargs):
     x = args[0]
     if is_outer_shaped(x):
-        from .fallbacks import map_inner
 
         return map_inner(func, types, args, kwargs)
     return _same_outer(func, args, kwargs, lambda t: func(t, **kwargs))
@@ -155,10 +155,8 @@ def _alias_of(x):
 def _view(func, types, args, kwargs):
     x = args[0]
     if getattr(type(x), "_kit_is_wrapper", False) and is_outer_shaped(x):
-        from .fallbacks import map_inner
 
         return map_inner(func, types, args, kwargs)
-    from .fallbacks import _first_wrapper
 
     return type(_first_wrapper(args, kwargs)).__fallback__(func, types, args, kwargs)
 
@@ -178,10 +176,9 @@ def builtin_handler(cls, func):
     h = _BUILTINS.get(func)
     if h is not None:
         return h
-    if isinstance(func, torch._ops.OpOverload) and func.is_view:
+    if isinstance(func, _compat.OpOverload) and func.is_view:
         if cls.__inner_shapes__.__func__ is cls._kit_default_inner_shapes:
             # Every inner tensor has the outer shape by declaration: no per-call check.
-            from .fallbacks import map_inner
 
             return map_inner
         return _view

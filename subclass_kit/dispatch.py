@@ -18,22 +18,15 @@ from typing import Callable
 import torch
 
 from . import _compat
-from .errors import HandlerResultError, UnsupportedOpError
+from .defaults import builtin_handler
+from .errors import HandlerResultError
+from .opname import op_name
+from .fallbacks import raise_unsupported  # noqa: F401  (the default fallback; re-exported)
 
 __all__ = ["registered_ops", "find_registered", "register_ops", "register_torch_functions", "resolve", "checked_handler", "torch_function", "raise_unsupported"]
 
 _log = logging.getLogger(__name__)
 _ALL_CLASSES: "weakref.WeakSet[type]" = weakref.WeakSet()
-
-
-def _op_name(op) -> str:
-    if isinstance(op, torch._ops.OpOverload):
-        ns, rest = op.name().split("::")
-        name, _, overload = rest.partition(".")
-        return f"{ns}.{name}.{overload or 'default'}"
-    if isinstance(op, torch._ops.OpOverloadPacket):
-        return str(op).replace("::", ".") if "::" in str(op) else f"aten.{op.__name__}"
-    return getattr(op, "__qualname__", repr(op))
 
 
 def registered_ops(cls) -> dict:
@@ -68,7 +61,7 @@ def register_ops(cls, ops) -> Callable:
     if not ops:
         raise TypeError(f"{cls.__qualname__}.implements() needs at least one op, e.g. implements(aten.mm.default)")
     for op in ops:
-        if not isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        if not isinstance(op, (_compat.OpOverload, _compat.OpOverloadPacket)):
             raise TypeError(
                 f"{cls.__qualname__}.implements() takes aten OpOverloads or OpOverloadPackets "
                 f"(e.g. torch.ops.aten.mm.default); got {op!r}. For torch-level functions such "
@@ -88,7 +81,7 @@ def register_torch_functions(cls, fns) -> Callable:
     if not fns:
         raise TypeError(f"{cls.__qualname__}.implements_torch_function() needs at least one function")
     for f in fns:
-        if isinstance(f, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        if isinstance(f, (_compat.OpOverload, _compat.OpOverloadPacket)):
             raise TypeError(
                 f"{cls.__qualname__}.implements_torch_function() takes torch-level functions "
                 f"(e.g. torch.nn.functional.linear); {f} is an aten op: use "
@@ -138,8 +131,6 @@ def _resolve(cls, func):
     h = cls.__op_handler__(func)  # the class's own classification (extension surface)
     if h is not None:
         return checked_handler(cls, func, h)
-    from .defaults import builtin_handler
-
     h = builtin_handler(cls, func)
     if h is not None:
         return h
@@ -231,7 +222,7 @@ def checked_handler(cls, func, h):
 
 
 def _result_message(cls, func, h, kinds, out) -> str:
-    op = _op_name(func)
+    op = op_name(func)
     name = cls.__qualname__
     where = f"{getattr(h, '__module__', '?')}.{getattr(h, '__qualname__', h)}"
     want = kinds[0] if len(kinds) == 1 else "a tuple (" + ", ".join(kinds) + ")"
@@ -270,30 +261,3 @@ def torch_function(cls, func, types, args=(), kwargs=None):
         return h(func, types, args, {} if kwargs is None else kwargs)
     with _compat.DisableTorchFunctionSubclass():
         return func(*args, **(kwargs or {}))
-
-
-def _describe(a) -> str:
-    if isinstance(a, torch.Tensor):
-        return type(a).__name__
-    if isinstance(a, (list, tuple)):
-        inner = ", ".join(_describe(x) for x in a[:4]) + (", ..." if len(a) > 4 else "")
-        return f"[{inner}]"
-    return type(a).__name__
-
-
-def raise_unsupported(func, types, args, kwargs):
-    """The default ``__fallback__``: raise UnsupportedOpError naming the class and the op."""
-    from .base import WrapperTensor
-
-    owner = next((t for t in types if isinstance(t, type) and issubclass(t, WrapperTensor)), None)
-    name = owner.__qualname__ if owner is not None else "this WrapperTensor subclass"
-    op = _op_name(func)
-    sig = ", ".join(_describe(a) for a in args)
-    if kwargs:
-        sig += (", " if sig else "") + ", ".join(f"{k}={_describe(v)}" for k, v in kwargs.items())
-    raise UnsupportedOpError(
-        f"{name} has no handler for {op} (args: {sig}). Register one with "
-        f"@{name}.implements({op}), or set __fallback__ = fallbacks.to_plain "
-        f"(compute on the dense tensor) or fallbacks.map_inner (run the op on every inner "
-        f"tensor) in the class body."
-    )

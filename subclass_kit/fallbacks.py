@@ -11,10 +11,9 @@ import torch
 from . import aliasing, instance_state
 from .construct import from_parts
 from .errors import UnsupportedOpError
+from .opname import op_name
 
 __all__ = ["map_inner", "to_plain", "raise_unsupported"]
-
-from .dispatch import raise_unsupported  # noqa: E402  (re-export: the default fallback)
 
 
 def _is_wrapper(x) -> bool:
@@ -175,3 +174,28 @@ def to_plain(func, types, args, kwargs):
             )
     return func(*_plain(args, func), **{k: _plain(v, func) for k, v in kwargs.items()})
 
+
+def _describe(a) -> str:
+    if isinstance(a, torch.Tensor):
+        return type(a).__name__
+    if isinstance(a, (list, tuple)):
+        inner = ", ".join(_describe(x) for x in a[:4]) + (", ..." if len(a) > 4 else "")
+        return f"[{inner}]"
+    return type(a).__name__
+
+
+def raise_unsupported(func, types, args, kwargs):
+    """The default ``__fallback__``: raise UnsupportedOpError naming the class and the op."""
+    # Any class built on WrapperTensor carries __kit_spec__ (no import of base: it sits above).
+    owner = next((t for t in types if isinstance(t, type) and hasattr(t, "__kit_spec__")), None)
+    name = owner.__qualname__ if owner is not None else "this WrapperTensor subclass"
+    op = op_name(func)
+    sig = ", ".join(_describe(a) for a in args)
+    if kwargs:
+        sig += (", " if sig else "") + ", ".join(f"{k}={_describe(v)}" for k, v in kwargs.items())
+    raise UnsupportedOpError(
+        f"{name} has no handler for {op} (args: {sig}). Register one with "
+        f"@{name}.implements({op}), or set __fallback__ = fallbacks.to_plain "
+        f"(compute on the dense tensor) or fallbacks.map_inner (run the op on every inner "
+        f"tensor) in the class body."
+    )

@@ -58,11 +58,10 @@ class Rebuild:
         return cls(type(t), t._kit_ctx, t.dtype, t.device, t.requires_grad)
 
     def __call__(self, inners, size, stride, offset):
-        from .construct import from_parts
-
-        return from_parts(
-            self.cls, tuple(inners), self.ctx, tuple(size), tuple(stride), offset,
-            self.dtype, self.device, self.requires_grad,
+        # The class's trusted rebuild (the ctx carries the dtype; the inners the device).
+        return self.cls.from_parts(
+            tuple(inners), self.ctx, size=tuple(size), stride=tuple(stride), offset=offset,
+            requires_grad=self.requires_grad,
         )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..compiling import is_compiling
-from . import _compat
+from .. import _compat
 from .act import AsyncCollectiveTensor, Pending
 from .errors import CollectiveArgumentError, CollectiveError
 from .groups import GroupRef

@@ -7,7 +7,7 @@ from functools import partial
 import torch
 
 from .. import WrapperTensor, inner, state
-from . import _compat
+from .. import _compat
 from .errors import CollectiveError
 
 __all__ = ["AsyncCollectiveTensor", "Pending"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from . import _compat
+from .. import _compat
 from .act import AsyncCollectiveTensor
 from .errors import CollectiveArgumentError
 from .groups import GroupLike, GroupRef, resolve_group

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import torch
 
-from . import _compat
+from .. import _compat
 from .errors import CollectiveArgumentError
 from .groups import GroupLike, resolve_group
 from ._common import _check_dim, _issue_many, _reduce_op

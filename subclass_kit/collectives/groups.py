@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
-from . import _compat
+from .. import _compat
 from .errors import GroupResolutionError, NoProcessGroupError
 
 __all__ = ["GroupRef", "GroupLike", "resolve_group"]

@@ -20,7 +20,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import subclass_kit
 import subclass_kit.collectives as kit
-from subclass_kit.collectives import _compat
+from subclass_kit import _compat
 
 from ._harness import World, world
 from ._impls import IMPLS, plain, rank_input
