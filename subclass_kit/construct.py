@@ -15,7 +15,7 @@ import torch
 from . import _compat
 from .pre_dispatch import maybe_record
 from .ctx import SubclassCtx
-from .errors import ConstructionError, InnerShapeError, InnerShapesKeyError, MetaTypeError, OuterArgumentError
+from .errors import ConstructionError, InnerShapeError, InnerShapesKeyError, OuterArgumentError
 from .fields import MISSING, InnerField
 from .spec import check_meta_type, check_meta_value
 
