@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from _kit_testing import BACKENDS, FAST_BACKENDS, assert_same, compile_counted, graph_breaks
+from kit_helpers.compiling import BACKENDS, FAST_BACKENDS, assert_same, compile_counted, graph_breaks
 from subclass_kit import WrapperTensor, fallbacks, inner, meta
 from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
 
