@@ -10,6 +10,8 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 
+from subclass_kit.testing.compare import difference
+
 # Backend axis with readable ids; inductor compiles C++ and is kept to a few slow tests.
 BACKENDS = [
     pytest.param("eager", id="eager"),
@@ -30,26 +32,13 @@ def graph_breaks() -> int:
     return sum(counters["graph_break"].values())
 
 
-def assert_same(actual, expected, **tol) -> None:
-    """Equal type, metadata and values, recursing into wrapper subclasses' inner tensors."""
+def assert_same(actual, expected) -> None:
+    """Results that should be the same are: the containers' types, then
+    ``subclass_kit.testing``'s comparison (wrapped: type, ctx, outer shape and dtype, every
+    inner tensor; plain: values at torch's tolerances for the dtype)."""
     assert type(actual) is type(expected), (type(actual), type(expected))
-    if isinstance(expected, (tuple, list)):
-        assert len(actual) == len(expected)
-        for a, e in zip(actual, expected):
-            assert_same(a, e, **tol)
-        return
-    if not isinstance(expected, torch.Tensor):
-        assert actual == expected
-        return
-    assert actual.shape == expected.shape and actual.dtype == expected.dtype
-    if hasattr(type(expected), "__tensor_flatten__"):
-        names, ctx = expected.__tensor_flatten__()
-        a_names, a_ctx = actual.__tensor_flatten__()
-        assert a_names == names and a_ctx == ctx, (a_names, a_ctx, names, ctx)
-        for n in names:
-            assert_same(getattr(actual, n), getattr(expected, n), **tol)
-    else:
-        torch.testing.assert_close(actual, expected, **tol)
+    diff = difference(actual, expected)
+    assert diff is None, diff
 
 
 def storage_id(t) -> int:
