@@ -11,6 +11,8 @@ just before it printed.
 from __future__ import annotations
 
 import contextlib
+import doctest
+import importlib
 import io
 import pathlib
 import re
@@ -68,3 +70,40 @@ def check_printed(printed: list, codes: list, checks: list, *, doc_name: str, wh
         assert printed[pos] == want, (
             f"{doc_name} block {codes[pos][0]}: the page says\n{want}\nbut {who} printed\n{printed[pos]}"
         )
+
+
+def run_in_order(doc: pathlib.Path, ns: dict, *, label: str = "python block", after_each=None) -> int:
+    """Exec every python block of ``doc`` in order in ``ns``; a plain block introduced by a
+    line ending in "prints" must equal what the python block before it printed. Returns how
+    many such outputs were checked. ``after_each`` runs after every block, even one that raised."""
+    text = doc.read_text()
+    printed, checked, last = None, 0, 0
+    for i, m in enumerate(FENCE.finditer(text)):
+        lang, code, before = m.group(1), m.group(2), text[last:m.start()]
+        last = m.end()
+        if lang == "python":
+            buf = io.StringIO()
+            with contextlib.redirect_stdout(buf):
+                try:
+                    exec(compile(code, f"{doc.name}[{label} {i}]", "exec"), ns)
+                finally:
+                    if after_each is not None:
+                        after_each()
+            printed = buf.getvalue()
+        elif lang == "" and before.strip().endswith("prints"):
+            assert printed == code, f"block {i}: the page says\n{code}\nbut the code printed\n{printed}"
+            checked += 1
+    return checked
+
+
+def doctests(module_names) -> list:
+    """One ``pytest.param`` per docstring with examples in the named modules, id = its name."""
+    import pytest
+
+    finder = doctest.DocTestFinder(exclude_empty=True)
+    out = []
+    for name in module_names:
+        for test in finder.find(importlib.import_module(name), name):
+            if test.examples:
+                out.append(pytest.param(test, id=test.name))
+    return out

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import doctest
 import functools
-import importlib
 import io
 import pathlib
 
 import pytest
 
-from kit_helpers.docs import NEEDS_PG, check_printed, plan, run_blocks
+from kit_helpers.docs import NEEDS_PG, check_printed, doctests, plan, run_blocks
 from kit_helpers.harness import world
 
 _REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -59,17 +58,7 @@ _MODULES = [
 ]
 
 
-def _doctests():
-    finder = doctest.DocTestFinder(exclude_empty=True)
-    out = []
-    for name in _MODULES:
-        for test in finder.find(importlib.import_module(name), name):
-            if test.examples:
-                out.append(pytest.param(test, id=test.name))
-    return out
-
-
-@pytest.mark.parametrize("test", _doctests())
+@pytest.mark.parametrize("test", doctests(_MODULES))
 def test_docstring_examples(test):
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     out = io.StringIO()
