@@ -6,33 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import pathlib
-import shutil
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
-TESTS = REPO / "tests"
-
-
-def _command() -> list:
-    exe = shutil.which("subclass-kit")
-    return [exe] if exe else [sys.executable, "-m", "subclass_kit.cli"]
-
-
-def _env() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return env
-
-
-def run(*args, cwd=TESTS, timeout=600) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*_command(), *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
-    )
+from kit_helpers.processes import TESTS, cli_command, cli_env, run_cli as run
 
 
 def test_no_verb_prints_help():
@@ -46,8 +25,8 @@ def test_no_verb_prints_help():
 def test_check_builtin_exemplars_streams_rows_and_writes_json(tmp_path):
     out = tmp_path / "report.json"
     proc = subprocess.Popen(
-        [*_command(), "check", "--backend", "aot_eager", "--json", str(out)],
-        cwd=TESTS, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [*cli_command(), "check", "--backend", "aot_eager", "--json", str(out)],
+        cwd=TESTS, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     first = proc.stdout.readline()
     # One line per check as it completes: the first row arrives while the run goes on.

@@ -14,10 +14,9 @@ which are always reaped.
 
 from __future__ import annotations
 
-import datetime
-import multiprocessing
-import os
-import time
+import functools
+
+from ._spawn import measure_on_ranks
 
 __all__ = ["run"]
 
@@ -77,59 +76,10 @@ def _measure(quick: bool) -> list:
     return rows
 
 
-def _rank(rank: int, size: int, port: int, quick: bool, queue) -> None:
-    import torch
-    import torch.distributed as dist
-
-    try:
-        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-        torch.set_num_threads(1)
-        store = dist.TCPStore("127.0.0.1", port, size, is_master=False, timeout=datetime.timedelta(seconds=60))
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=datetime.timedelta(seconds=60))
-        rows = _measure(quick)
-        dist.barrier()
-        queue.put((rank, "ok", rows))
-        dist.destroy_process_group()
-    except BaseException as e:  # noqa: BLE001 - reported to the parent
-        import traceback
-
-        queue.put((rank, "error", "".join(traceback.format_exception(type(e), e, e.__traceback__))))
-
-
 def _world(size: int, quick: bool) -> list:
-    import torch.distributed as dist
-
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch", "torch.distributed"])
-    store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False)
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, size, store.port, quick, queue), daemon=True) for r in range(size)]
-    try:
-        for p in procs:
-            p.start()
-        got = {}
-        deadline = time.monotonic() + _TIMEOUT
-        while len(got) < size:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"collectives bench: a {size}-rank world did not finish in {_TIMEOUT:.0f}s")
-            try:
-                rank, status, payload = queue.get(timeout=min(left, 5.0))
-            except Exception:  # queue.Empty: check for dead ranks
-                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in got]
-                if dead:
-                    raise RuntimeError(f"collectives bench: rank(s) {dead} of {size} died") from None
-                continue
-            if status != "ok":
-                raise RuntimeError(f"collectives bench: rank {rank} of {size} failed:\n{payload}")
-            got[rank] = payload
-        return got[0]
-    finally:
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-                p.join()
+    return measure_on_ranks(functools.partial(_measure, quick), size, what=f"collectives bench: a {size}-rank world",
+                            method="forkserver", preload=("torch", "torch.distributed"), pg_timeout=60.0,
+                            timeout=_TIMEOUT)
 
 
 def run(quick: bool = False) -> list[dict]:

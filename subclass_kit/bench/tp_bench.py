@@ -13,14 +13,15 @@ variant that ran; where DTensor fails, its row has no ratio and says why (``erro
 from __future__ import annotations
 
 import copy
-import datetime
+import functools
 import importlib.util
-import multiprocessing
 import os
 import pathlib
 import statistics
 import sys
 import time
+
+from ._spawn import measure_on_ranks
 
 __all__ = ["run", "flagship_rows"]
 
@@ -151,25 +152,6 @@ def _rows(backend: str, got: dict, errors: dict, world: int) -> list:
     return rows
 
 
-def _rank(rank: int, size: int, port: int, quick: bool, queue) -> None:
-    import torch
-    import torch.distributed as dist
-
-    try:
-        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-        torch.set_num_threads(1)
-        store = dist.TCPStore("127.0.0.1", port, size, is_master=False, timeout=datetime.timedelta(seconds=120))
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=datetime.timedelta(seconds=120))
-        rows = _measure(quick)
-        dist.barrier()
-        queue.put((rank, "ok", rows))
-        dist.destroy_process_group()
-    except BaseException as e:  # noqa: BLE001 - reported to the parent
-        import traceback
-
-        queue.put((rank, "error", "".join(traceback.format_exception(type(e), e, e.__traceback__))))
-
-
 def flagship_rows(quick: bool = False, size: int = 2) -> list[dict]:
     """Rows for the flagship, kit vs DTensor, measured on ``size`` freshly spawned ranks.
 
@@ -178,47 +160,19 @@ def flagship_rows(quick: bool = False, size: int = 2) -> list[dict]:
         >>> {r["impl"] for r in rows}  # doctest: +SKIP
         {'kit', 'dtensor'}
     """
-    import torch.distributed as dist
-
     if not _EXAMPLE.exists():
         return [{"group": "tp_llama", "name": "train step", "impl": "kit", "kind": "kit", "median_us": float("nan"),
                  "error": f"{_EXAMPLE} not found: run the bench from a source checkout"}]
-    ctx = multiprocessing.get_context("spawn")
-    store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False)
-    queue = ctx.Queue()
     old = os.environ.get("TORCHINDUCTOR_FX_GRAPH_CACHE")
     os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"  # first compiles are cold, for both
-    procs = [ctx.Process(target=_rank, args=(r, size, store.port, quick, queue), daemon=True) for r in range(size)]
     try:
-        for p in procs:
-            p.start()
-        got = {}
-        deadline = time.monotonic() + _TIMEOUT
-        while len(got) < size:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"tp bench: the {size}-rank world did not finish in {_TIMEOUT:.0f}s")
-            try:
-                rank, status, payload = queue.get(timeout=min(left, 5.0))
-            except Exception:  # queue.Empty: check for dead ranks
-                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in got]
-                if dead:
-                    raise RuntimeError(f"tp bench: rank(s) {dead} of {size} died") from None
-                continue
-            if status != "ok":
-                raise RuntimeError(f"tp bench: rank {rank} of {size} failed:\n{payload}")
-            got[rank] = payload
-        return got[0]
+        return measure_on_ranks(functools.partial(_measure, quick), size, what=f"tp bench: the {size}-rank world",
+                                method="spawn", pg_timeout=120.0, timeout=_TIMEOUT)
     finally:
         if old is None:
             os.environ.pop("TORCHINDUCTOR_FX_GRAPH_CACHE", None)
         else:
             os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = old
-        for p in procs:
-            p.join(10)
-            if p.is_alive():
-                p.kill()
-                p.join()
 
 
 def run(quick: bool = False) -> list[dict]:

@@ -22,8 +22,8 @@ import subclass_kit
 import subclass_kit.collectives as kit
 from subclass_kit import _compat
 
-from ._harness import World, world
-from ._impls import IMPLS, plain, rank_input
+from kit_helpers.harness import World, world
+from collectives._impls import IMPLS, plain, rank_input
 
 pytestmark = pytest.mark.dist
 

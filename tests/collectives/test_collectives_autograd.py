@@ -14,8 +14,8 @@ import torch
 import torch.distributed as dist
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from ._harness import world
-from ._impls import IMPLS, rank_input, uneven_splits
+from kit_helpers.harness import world
+from collectives._impls import IMPLS, rank_input, uneven_splits
 
 pytestmark = pytest.mark.dist
 

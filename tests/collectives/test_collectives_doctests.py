@@ -14,7 +14,7 @@ import pytest
 
 import subclass_kit.collectives
 
-from ._harness import world
+from kit_helpers.harness import world
 
 pytestmark = pytest.mark.dist
 

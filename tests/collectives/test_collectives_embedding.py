@@ -26,7 +26,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import subclass_kit.collectives as kit
 
-from ._harness import world
+from kit_helpers.harness import world
 
 pytestmark = pytest.mark.dist
 

@@ -19,7 +19,7 @@ from torch.distributed.device_mesh import init_device_mesh
 import subclass_kit
 import subclass_kit.collectives as kit
 
-from ._harness import World, pid_alive, run_alone, world
+from kit_helpers.harness import World, pid_alive, run_alone, world
 
 
 def _without_a_process_group():

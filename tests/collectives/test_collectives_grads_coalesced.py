@@ -14,8 +14,8 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import subclass_kit.collectives as kit
 
-from ._harness import world
-from ._impls import rank_input
+from kit_helpers.harness import world
+from collectives._impls import rank_input
 
 pytestmark = pytest.mark.dist
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ._harness import RankCrashWarning, RankFailure, World, pid_alive, world
+from kit_helpers.harness import RankCrashWarning, RankFailure, World, pid_alive, world
 
 pytestmark = pytest.mark.dist
 

@@ -14,8 +14,8 @@ from torch.distributed.device_mesh import init_device_mesh
 
 import subclass_kit.collectives as kit
 
-from ._harness import world
-from ._impls import IMPLS, plain, rank_input, reduce, ref_all_to_all, ref_reduce_scatter, uneven_splits
+from kit_helpers.harness import world
+from collectives._impls import IMPLS, plain, rank_input, reduce, ref_all_to_all, ref_reduce_scatter, uneven_splits
 
 pytestmark = pytest.mark.dist
 

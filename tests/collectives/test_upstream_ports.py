@@ -12,7 +12,7 @@ import torch.distributed as dist
 
 import subclass_kit.collectives as kit
 
-from ._harness import world
+from kit_helpers.harness import world
 
 pytestmark = pytest.mark.dist
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from collectives import _harness
+from kit_helpers import harness as _harness
 
 
 @pytest.fixture(scope="session", autouse=True)

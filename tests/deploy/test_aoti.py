@@ -31,7 +31,7 @@ import torch
 
 from subclass_kit.deploy import aoti_package, load_package
 
-from ._models import build, export, inputs
+from deploy._models import build, export, inputs
 
 pytestmark = pytest.mark.slow
 

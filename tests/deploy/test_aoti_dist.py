@@ -19,9 +19,9 @@ import sys
 
 import pytest
 
-from collectives._harness import world
+from kit_helpers.harness import world
 
-from . import _tasks
+from deploy import _tasks
 
 pytestmark = [pytest.mark.slow, pytest.mark.dist]
 

@@ -8,55 +8,25 @@ printed); the other blocks run here, in order, in one namespace (a plain block a
 
 from __future__ import annotations
 
-import contextlib
-import io
+import functools
 import pathlib
-import re
 
 import pytest
 
-from collectives._harness import world
+from kit_helpers.docs import check_printed, plan, run_blocks
+from kit_helpers.harness import world
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "deploying.md"
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.M | re.S)
 _RANKS = "<!-- ranks:"
 
 pytestmark = pytest.mark.slow
 
 
-def _blocks():
-    text = DOC.read_text()
-    out, last = [], 0
-    for m in _FENCE.finditer(text):
-        before = text[last : m.start()]
-        lines = before.rstrip().splitlines()
-        out.append((m.group(1), m.group(2), bool(lines) and lines[-1].startswith(_RANKS), before))
-        last = m.end()
-    return out
-
-
-def run_blocks(codes) -> list:
-    """Exec the blocks in one namespace; what each printed (module-level: runs on ranks)."""
-    ns = {"__name__": "docs_deploying"}
-    printed = []
-    for i, code in codes:
-        buf = io.StringIO()
-        with contextlib.redirect_stdout(buf):
-            exec(compile(code, f"{DOC.name}[python block {i}]", "exec"), ns)
-        printed.append(buf.getvalue())
-    return printed
-
-
 def _plan(on_ranks: bool):
-    codes, checks = [], []
-    for i, (lang, code, ranks, before) in enumerate(_blocks()):
-        if lang == "python" and ranks == on_ranks:
-            codes.append((i, code))
-        elif lang == "" and codes and codes[-1][0] == i - 1:
-            last = before.strip().splitlines()[-1] if before.strip() else ""
-            if last == ("rank 0 prints" if on_ranks else "prints"):
-                checks.append((len(codes) - 1, code))
-    return codes, checks
+    return plan(DOC, _RANKS, marked=on_ranks)
+
+
+_run = functools.partial(run_blocks, doc_name=DOC.name, module="docs_deploying")
 
 
 def test_page_has_both_kinds_of_blocks():
@@ -68,14 +38,11 @@ def test_page_has_both_kinds_of_blocks():
 
 def test_local_recipes_run_and_print_what_the_page_says():
     codes, checks = _plan(False)
-    printed = run_blocks(codes)
-    for idx, expected in checks:
-        assert printed[idx] == expected, (codes[idx][0], printed[idx], expected)
+    check_printed(_run(codes), codes, checks, doc_name=DOC.name, who="this process")
 
 
 @pytest.mark.dist
 def test_rank_recipes_run_on_two_ranks():
     codes, checks = _plan(True)
-    printed = world(2).run(run_blocks, codes, timeout=600)
-    for idx, expected in checks:
-        assert printed[0][idx] == expected, (codes[idx][0], printed[0][idx], expected)
+    printed = world(2).run(_run, codes, timeout=600)[0]
+    check_printed(printed, codes, checks, doc_name=DOC.name, who="rank 0")

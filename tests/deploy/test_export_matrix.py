@@ -12,7 +12,7 @@ import torch
 from subclass_kit import SubclassOutputError, WrapperTensor
 from subclass_kit.deploy import aoti_package, check_plain_outputs, plain_outputs
 
-from ._models import MAKERS, build, export, inputs
+from deploy._models import MAKERS, build, export, inputs
 
 STRICT = [pytest.param(False, id="nonstrict"), pytest.param(True, id="strict")]
 FORMS = ["as_is", "parametrized"]

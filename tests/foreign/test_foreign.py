@@ -20,7 +20,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 
 import guards
 import symbolic
-from _foreign_classes import BY_NAME, CHECK_OPS, CLASSES, SIZES
+from foreign._foreign_classes import BY_NAME, CHECK_OPS, CLASSES, SIZES
 from subclass_kit.testing import check_subclass
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -222,7 +222,7 @@ def test_checker_on_nested_tensor_says_only_true_things():
 
 
 def test_newcomer_float8_class_passes_the_checker():
-    from _foreign_newcomer import Float8Scaled
+    from foreign._foreign_newcomer import Float8Scaled
 
     report = check_subclass(Float8Scaled, backends=("aot_eager",))
     report.raise_if_failed()

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -21,8 +22,8 @@ ROOT = HERE.parents[1]
 
 def _keys_in_subprocess(seed: str) -> dict:
     code = (
-        "import json, sys; sys.path.insert(0, %r); import _guards_keys, guards; "
-        "print(json.dumps({k: guards.cache_key(v) for k, v in _guards_keys.values().items()}))" % str(HERE)
+        "import json, sys; sys.path.insert(0, %r); from kit_helpers import guards_keys; import guards; "
+        "print(json.dumps({k: guards.cache_key(v) for k, v in guards_keys.values().items()}))" % str(HERE.parent)
     )
     env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(ROOT))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=True)
@@ -31,12 +32,12 @@ def _keys_in_subprocess(seed: str) -> dict:
 
 @pytest.mark.dist
 def test_keys_equal_across_processes_with_different_hash_seeds():
-    import _guards_keys
+    from kit_helpers import guards_keys
 
     a = _keys_in_subprocess("1")
     b = _keys_in_subprocess("12345")
     assert a == b
-    here = {k: guards.cache_key(v) for k, v in _guards_keys.values().items()}
+    here = {k: guards.cache_key(v) for k, v in guards_keys.values().items()}
     assert here == a
     assert len(set(a.values())) == len(a)  # and the values are told apart
 
@@ -92,11 +93,33 @@ class _Opaque:
     pass
 
 
-def test_unstable_ctx_value_names_the_class():
-    from test_build import Scaled
+class Scaled(torch.Tensor):
+    """Throwaway wrapper written against torch's protocol only (no kit base class)."""
 
-    x = Scaled(torch.ones(2, 2), torch.ones(2, 1), block=_Opaque())
-    with pytest.raises(guards.UnstableKeyError, match=r"the ctx of test_build\.Scaled holds <.*_Opaque object"):
+    @staticmethod
+    def __new__(cls, a, block):
+        return torch.Tensor._make_wrapper_subclass(cls, a.shape, strides=a.stride(), dtype=a.dtype, device=a.device)
+
+    def __init__(self, a, block):
+        self.a, self.block = a, block
+
+    def __tensor_flatten__(self):
+        return ["a"], (self.block,)
+
+    @staticmethod
+    def __tensor_unflatten__(inner, ctx, outer_size, outer_stride):
+        return Scaled(inner["a"], ctx[0])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args, kwargs=None):
+        raise NotImplementedError(func)  # cache_key only flattens
+
+
+def test_unstable_ctx_value_names_the_class():
+    x = Scaled(torch.ones(2, 2), block=_Opaque())
+    # The module is this test file's, whatever name the import mode gives it.
+    where = re.escape(f"{Scaled.__module__}.Scaled")
+    with pytest.raises(guards.UnstableKeyError, match=rf"the ctx of {where} holds <.*_Opaque object"):
         guards.cache_key(x)
 
 

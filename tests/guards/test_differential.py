@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, seed, settings
 
 import guards
 
-import _guards_gen as _gen
+from kit_helpers import guards_gen as _gen
 
 # dynamo removes names it installed in a compiled function's module when the inputs its
 # guards hold die; after the reset between examples the name is already gone and torch's

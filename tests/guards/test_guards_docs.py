@@ -4,44 +4,22 @@ Every ```python block runs in order in one namespace; a plain block introduced b
 ending in "prints" must equal what the python block before it printed.
 """
 
-import contextlib
 import doctest
 import importlib
-import io
 import logging
 import pathlib
 import pkgutil
-import re
 
 import pytest
 
 import guards
+from kit_helpers.docs import run_in_order
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guards.md"
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.M | re.S)
-
-
-def blocks(text):
-    out, last = [], 0
-    for m in _FENCE.finditer(text):
-        out.append((m.group(1), m.group(2), text[last:m.start()]))
-        last = m.end()
-    return out
 
 
 def test_doc_python_blocks_run_and_print_what_the_page_says():
-    ns = {"__name__": "docs_guards"}
-    printed, checked = None, 0
-    for i, (lang, code, before) in enumerate(blocks(DOC.read_text())):
-        if lang == "python":
-            buf = io.StringIO()
-            with contextlib.redirect_stdout(buf):
-                exec(compile(code, f"{DOC.name}[python block {i}]", "exec"), ns)
-            printed = buf.getvalue()
-        elif lang == "" and before.strip().endswith("prints"):
-            assert printed == code, f"block {i}: the page says\n{code}\nbut the code printed\n{printed}"
-            checked += 1
-    assert checked >= 8
+    assert run_in_order(DOC, {"__name__": "docs_guards"}) >= 8
 
 
 def test_doc_lists_what_is_not_modelled():

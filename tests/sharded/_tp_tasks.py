@@ -32,7 +32,7 @@ from subclass_kit.sharded import (
     parallelize,
 )
 
-from ._tasks import _Record
+from sharded._tasks import _Record
 
 close = torch.testing.assert_close
 _EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "tp_llama.py"

@@ -3,7 +3,7 @@ the whole session); close them all at the end."""
 
 import pytest
 
-from collectives import _harness
+from kit_helpers import harness as _harness
 
 
 @pytest.fixture(scope="session", autouse=True)

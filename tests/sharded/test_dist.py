@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from expecttest import assert_expected_inline
 
-from collectives._harness import world
+from kit_helpers.harness import world
 
-from . import _tasks
+from sharded import _tasks
 
 pytestmark = pytest.mark.dist
 

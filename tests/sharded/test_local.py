@@ -33,7 +33,7 @@ from subclass_kit.sharded import (
 )
 from subclass_kit.testing import check_subclass
 
-from ._meshes import fake_mesh
+from sharded._meshes import fake_mesh
 
 LOCAL = MeshRef.local()
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from collectives._harness import world
+from kit_helpers.harness import world
 
-from . import _gap_tasks
+from sharded import _gap_tasks
 
 pytestmark = pytest.mark.dist
 

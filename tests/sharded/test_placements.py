@@ -28,7 +28,7 @@ from subclass_kit.sharded.layout import chunk_size, chunk_start, local_shape
 from subclass_kit.sharded.placements import normalize_placements
 from symbolic import size_symbol
 
-from ._meshes import fake_mesh
+from sharded._meshes import fake_mesh
 
 
 @pytest.mark.parametrize("value", [Shard(0), Shard(-1), Replicate(), Partial(), Partial("max"), fake_mesh(2), MeshRef.local()], ids=repr)

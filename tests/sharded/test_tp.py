@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import nn
 
-from collectives._harness import world
+from kit_helpers.harness import world
 from subclass_kit.sharded import (
     ColwiseParallel,
     MeshRef,
@@ -25,7 +25,7 @@ from subclass_kit.sharded import (
     parallelize,
 )
 
-from . import _tp_tasks
+from sharded import _tp_tasks
 
 TIMEOUT = 240.0
 _REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from collectives._harness import world
+from kit_helpers.harness import world
 
-from . import _upstream_tasks
+from sharded import _upstream_tasks
 
 pytestmark = pytest.mark.dist
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from _kit_testing import compile_counted, storage_id
+from kit_helpers.compiling import compile_counted, storage_id
 from subclass_kit import WrapperTensor, inner
 from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
 

@@ -7,26 +7,15 @@ introduced by a line ending in "prints" must equal what the python block before 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import pathlib
-import re
 import sys
 import types
 
 import pytest
 
+from kit_helpers.docs import FENCE, run_in_order
+
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "authoring.md"
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.M | re.S)
-
-
-def blocks(text):
-    """(language, code, the text since the previous fence) for each fenced block."""
-    out, last = [], 0
-    for m in _FENCE.finditer(text):
-        out.append((m.group(1), m.group(2), text[last : m.start()]))
-        last = m.end()
-    return out
 
 
 @pytest.fixture
@@ -40,22 +29,12 @@ def doc_module():
 
 
 def test_doc_has_python_blocks_and_checked_output():
-    langs = [lang for lang, _, _ in blocks(DOC.read_text())]
+    langs = [m.group(1) for m in FENCE.finditer(DOC.read_text())]
     assert langs.count("python") >= 12
 
 
 def test_python_blocks_run_in_order(doc_module):
     ns = doc_module.__dict__
-    printed, checked = None, 0
-    for i, (lang, code, before) in enumerate(blocks(DOC.read_text())):
-        if lang == "python":
-            buf = io.StringIO()
-            with contextlib.redirect_stdout(buf):
-                exec(compile(code, f"{DOC.name}[python block {i}]", "exec"), ns)
-            printed = buf.getvalue()
-        elif lang == "" and before.strip().endswith("prints"):
-            assert printed == code, f"block {i}: the page says\n{code}\nbut the code printed\n{printed}"
-            checked += 1
-    assert checked >= 8
+    assert run_in_order(DOC, ns) >= 8
     # The page's classes behave like a user's module-level classes.
     assert ns["BlockScaled"].__module__ == "docs_authoring"

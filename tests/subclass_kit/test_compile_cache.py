@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from _kit_testing import run_python
+from kit_helpers.processes import run_python
 
 _CHILD = r"""
 import json

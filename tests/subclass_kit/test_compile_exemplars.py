@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch._dynamo.utils import counters
 
-from _kit_testing import BACKENDS, FAST_BACKENDS, assert_same, compile_counted, graph_breaks
+from kit_helpers.compiling import BACKENDS, FAST_BACKENDS, assert_same, compile_counted, graph_breaks
 from subclass_kit import WrapperTensor, fallbacks, inner, meta
 from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
 
@@ -37,8 +37,7 @@ def _run(backend, dynamic, fn, make_inputs):
     e_out, c_out = fn(*e_in), compiled(*c_in)
     assert cnt.frame_count == 1, cnt.frame_count
     assert graph_breaks() == 0, dict(counters["graph_break"])
-    tol = dict(rtol=1e-4, atol=1e-5)
-    assert_same(c_out, e_out, **tol)
+    assert_same(c_out, e_out)
     outs_e = e_out if isinstance(e_out, tuple) else (e_out,)
     outs_c = c_out if isinstance(c_out, tuple) else (c_out,)
     sum(o.sum() for o in outs_e).backward()
@@ -46,7 +45,7 @@ def _run(backend, dynamic, fn, make_inputs):
     for a, b in zip(c_in, e_in):
         if isinstance(b, torch.Tensor) and b.requires_grad:
             assert a.grad is not None
-            assert_same(a.grad, b.grad, **tol)
+            assert_same(a.grad, b.grad)
     return e_in, e_out, c_in, c_out
 
 
@@ -161,10 +160,10 @@ def test_nested_twotensor_of_scaledtensors_compiles(backend):
     torch.testing.assert_close(out.a, act @ s1.to_plain() * 2, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(out.b, act @ s2.to_plain() * 2, rtol=1e-4, atol=1e-5)
     eager = f(act, x)
-    assert_same(out, eager, rtol=1e-4, atol=1e-5)
+    assert_same(out, eager)
     out.sum().backward()
     eager.sum().backward()
-    assert_same(act_c.grad, act.grad, rtol=1e-4, atol=1e-5)
+    assert_same(act_c.grad, act.grad)
     torch.testing.assert_close(act_c.grad.a, 2 * torch.ones(3, 8) @ s1.to_plain().t(), rtol=1e-4, atol=1e-5)
 
 

@@ -4,10 +4,11 @@ of every subclass_kit module and of symbolic's arithmetic and sources, one test 
 from __future__ import annotations
 
 import doctest
-import importlib
 import pathlib
 
 import pytest
+
+from kit_helpers.docs import doctests
 
 _REPO = pathlib.Path(__file__).resolve().parents[2]
 _SUBPACKAGES = ("subclass_kit", "subclass_kit/examples")
@@ -21,18 +22,7 @@ def _module_names():
     return names + list(_EXTRA)
 
 
-def _doctests():
-    finder = doctest.DocTestFinder(exclude_empty=True)
-    out = []
-    for name in _module_names():
-        module = importlib.import_module(name)
-        for test in finder.find(module, name):
-            if test.examples:
-                out.append(pytest.param(test, id=test.name))
-    return out
-
-
-DOCTESTS = _doctests()
+DOCTESTS = doctests(_module_names())
 
 
 def test_every_module_is_covered_and_has_examples():

@@ -283,7 +283,7 @@ def test_meta_default_unequal_to_its_deepcopy_is_refused():
             tok: object = meta(default=Token())
 
     msg = str(info.value)
-    assert "<locals>.DeepcopyMeta.tok: the default <test_fields.Token object" in msg
+    assert f"<locals>.DeepcopyMeta.tok: the default <{__name__}.Token object" in msg
     assert "not equal to its own deepcopy" in msg and "__eq__" in msg
 
 

@@ -15,7 +15,7 @@ from expecttest import assert_expected_inline
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
-from _kit_testing import compile_counted
+from kit_helpers.compiling import compile_counted
 from subclass_kit import SubclassCtx, WrapperTensor, fallbacks, inner, meta
 from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
 

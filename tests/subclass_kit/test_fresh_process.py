@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from _kit_testing import run_pythons
+from kit_helpers.processes import run_pythons
 from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
 
 pytestmark = pytest.mark.dist  # spawns fresh interpreters

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from _kit_testing import compile_counted
+from kit_helpers.compiling import compile_counted
 from subclass_kit import WrapperTensor, fallbacks, inner, is_compiling
 
 SEEN: list = []

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from expecttest import assert_expected_inline
 from torch._dynamo.utils import counters
 
-from _kit_testing import compile_counted, graph_breaks
+from kit_helpers.compiling import compile_counted, graph_breaks
 
 from subclass_kit import UnsupportedOpError, WrapperTensor, fallbacks, inner, meta
 from subclass_kit.examples import BlockScaled, ScaledTensor

@@ -18,7 +18,7 @@ from subclass_kit.examples import TwoTensor
 from subclass_kit.testing import check_subclass
 from subclass_kit.testing.runner import UnknownCheckError
 
-from test_cli import run as run_cli
+from kit_helpers.processes import run_cli
 
 
 def test_off_by_default_there_is_no_row():

@@ -4,27 +4,18 @@ example the suite runs), one test per docstring."""
 from __future__ import annotations
 
 import doctest
-import importlib
 import pathlib
 
 import pytest
 
+from kit_helpers.docs import doctests
+
 _PKG = pathlib.Path(__file__).resolve().parents[2] / "subclass_kit" / "testing"
 
 
-def _doctests():
-    finder = doctest.DocTestFinder(exclude_empty=True)
-    out = []
-    for path in sorted(_PKG.glob("*.py")):
-        name = "subclass_kit.testing" + ("" if path.stem == "__init__" else f".{path.stem}")
-        module = importlib.import_module(name)
-        for test in finder.find(module, name):
-            if test.examples:
-                out.append(pytest.param(test, id=test.name))
-    return out
-
-
-DOCTESTS = _doctests()
+DOCTESTS = doctests(
+    "subclass_kit.testing" + ("" if path.stem == "__init__" else f".{path.stem}") for path in sorted(_PKG.glob("*.py"))
+)
 
 
 def test_public_functions_have_examples():

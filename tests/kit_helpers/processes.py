@@ -1,0 +1,75 @@
+"""Fresh interpreters for the tests: ``python -c code`` from the repo root, every child reaped."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
+
+
+def _child_env(env: dict | None) -> dict:
+    # The repo (the packages) and tests/ (kit_helpers and the tests' own modules), as pytest
+    # itself sees them through ``pythonpath``.
+    full_env = dict(os.environ)
+    full_env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(TESTS), full_env.get("PYTHONPATH", "")])
+    full_env.update(env or {})
+    return full_env
+
+
+def run_pythons(jobs, *, timeout: float = 300) -> list:
+    """Run ``python -c code`` for each ``(code, env)`` in fresh interpreters, concurrently
+    (importing torch dominates; the machine has cores to overlap it). Returns the stdouts;
+    raises with the output of any child that failed. Every child is reaped."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            cwd=REPO,
+            env=_child_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for code, env in jobs
+    ]
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            if p.returncode != 0:
+                raise AssertionError(f"subprocess failed ({p.returncode}):\n{out}\n{err}")
+            outs.append(out)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return outs
+
+
+def run_python(code: str, *, env: dict | None = None, timeout: float = 300) -> str:
+    """Run ``python -c code`` in a fresh interpreter from the repo root; return its stdout."""
+    return run_pythons([(code, env)], timeout=timeout)[0]
+
+
+def cli_command() -> list:
+    """The ``subclass-kit`` console script when installed, else ``python -m subclass_kit.cli``."""
+    exe = shutil.which("subclass-kit")
+    return [exe] if exe else [sys.executable, "-m", "subclass_kit.cli"]
+
+
+def cli_env() -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def run_cli(*args, cwd=TESTS, timeout=600) -> subprocess.CompletedProcess:
+    """``subclass-kit *args`` in a subprocess, from tests/ (where ``broken_subclasses`` is)."""
+    return subprocess.run(
+        [*cli_command(), *args], cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=timeout
+    )
