@@ -6,16 +6,21 @@ from typing import Any
 
 import torch
 
-from .. import _compat as _kit_compat
+from .. import _compat
+from .. import collectives as _coll
 from ..base import WrapperTensor
+from ..compiling import is_compiling
 from ..construct import construct, from_parts
 from ..ctx import SubclassCtx
 from ..fields import inner, meta
-from .layout import local_shape
+from .comm import waited
+from .errors import MeshError, ShardShapeError
+from .layout import contiguous_strides, even_global_shape, local_shape
 from .mesh import MeshRef, mesh_ref
 from .placements import Partial, Replicate, Shard, normalize_placements, render
+from .redistribute import redistribute_local
 
-__all__ = ["ShardedTensor", "wrap", "spec"]
+__all__ = ["ShardedTensor", "wrap", "spec", "from_local", "to_local", "redistribute"]
 
 
 class ShardedTensor(WrapperTensor):
@@ -93,8 +98,6 @@ class ShardedTensor(WrapperTensor):
             >>> ShardedTensor.from_local(torch.ones(2), MeshRef.local(), [Replicate()]).shape
             torch.Size([2])
         """
-        from .convert import from_local
-
         return from_local(local, mesh, placements, shape=shape, stride=stride, run_check=run_check)
 
     def to_local(self, *, grad_placements=None) -> torch.Tensor:
@@ -108,8 +111,6 @@ class ShardedTensor(WrapperTensor):
             >>> distribute(torch.ones(4, 2), MeshRef.local(), [Shard(0)]).to_local().shape
             torch.Size([4, 2])
         """
-        from .convert import to_local
-
         return to_local(self, grad_placements)
 
     def redistribute(self, mesh=None, placements=None, *, async_op: bool = False) -> "ShardedTensor":
@@ -126,8 +127,6 @@ class ShardedTensor(WrapperTensor):
             >>> x.redistribute(x.mesh, [Replicate()]).placements
             (Replicate(),)
         """
-        from .convert import redistribute
-
         return redistribute(self, mesh, placements, async_op=async_op)
 
     def full_tensor(self) -> torch.Tensor:
@@ -139,8 +138,6 @@ class ShardedTensor(WrapperTensor):
             >>> distribute(torch.arange(4.), MeshRef.local(), [Shard(0)]).full_tensor()
             tensor([0., 1., 2., 3.])
         """
-        from .convert import redistribute, to_local
-
         full = redistribute(self, None, (Replicate(),) * self.mesh.ndim)
         return to_local(full, None)
 
@@ -251,8 +248,8 @@ def wrap(local, mesh, placements, coord, shape, stride, dtype=None, offset=0, re
     return out
 
 
-_make = _kit_compat.make_wrapper_subclass
-_tf_mode_on = _kit_compat.torch_function_mode_enabled
+_make = _compat.make_wrapper_subclass
+_tf_mode_on = _compat.torch_function_mode_enabled
 
 
 def relayout(x: ShardedTensor, placements: tuple, shape=None, stride=None) -> ShardedTensor:
@@ -262,8 +259,6 @@ def relayout(x: ShardedTensor, placements: tuple, shape=None, stride=None) -> Sh
     the trace's inputs (a backward passes its forward's): under dynamic shapes a tangent's
     outer sizes are symbols the traced graph cannot compute, and a gather needs them.
     """
-    from .redistribute import redistribute_local
-
     ctx = x._kit_ctx
     shape = x.shape if shape is None else shape
     stride = x.stride() if stride is None else stride
@@ -285,7 +280,7 @@ assert ShardedTensor.__kit_spec__.meta_names == ("mesh", "placements", "coord")
 
 def _register_compile_constants() -> None:
     common = ("is_shard", "is_replicate", "is_partial", "__eq__", "__ne__", "__hash__", "__repr__")
-    _kit_compat.register_compile_constants({
+    _compat.register_compile_constants({
         Shard: (*common, "dim"),
         Replicate: common,
         Partial: (*common, "op"),
@@ -295,3 +290,227 @@ def _register_compile_constants() -> None:
 
 
 _register_compile_constants()
+
+
+# ---- conversions: plain <-> ShardedTensor, differentiable and compilable ----------------------
+# Each public function is a thin wrapper that turns the DeviceMesh into its ``MeshRef`` (a
+# constant while tracing) and calls a graph function registered with dynamo's
+# ``allow_in_graph``: torch.compile records one call node for it (like torch's
+# ``DTensor.from_local``) instead of tracing into the ``autograd.Function`` that builds the
+# wrapper, and AOTAutograd then traces that function's forward and backward, collectives
+# included, into the joint graph. All argument checking runs inside, so eager and compiled
+# calls raise the same errors.
+
+def _fmt(shape) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _strides_like(shape, local: torch.Tensor) -> tuple:
+    # Keep a transposed local's layout in the global strides (as DTensor does); with
+    # symbolic strides, contiguous (comparing them would add guards).
+    st = local.stride()
+    if local.dim() < 2 or not all(type(s) is int for s in st) or local.is_contiguous():
+        return contiguous_strides(shape)
+    order = sorted(range(local.dim()), key=lambda d: -st[d])
+    out = [0] * local.dim()
+    acc = 1
+    for d in reversed(order):
+        out[d] = acc
+        acc = acc * shape[d]
+    return tuple(out)
+
+
+def _check_local_shape(local, shape, pl, ref: MeshRef, coord) -> None:
+    expected = local_shape(shape, pl, ref.shape, coord)
+    for d, (e, g) in enumerate(zip(expected, local.shape)):
+        if type(e) is int and type(g) is int:
+            if e == g:
+                continue
+            why = ""
+            for i, p in enumerate(pl):
+                if type(p) is Shard and p.dim == d:
+                    why = (
+                        f" dim {d} (size {shape[d]}) is split over {ref.shape[i]} ranks of mesh dim {i} "
+                        f"as torch.chunk does, so coordinate {coord[i]} holds {e}, not {g}."
+                    )
+            if not why:
+                why = f" dim {d} is not sharded, so the local size must be the global {shape[d]}, not {g}."
+            raise ShardShapeError(
+                f"ShardedTensor.from_local: the local tensor (shape {_fmt(local.shape)}) is not "
+                f"this rank's shard of a global tensor of shape {_fmt(shape)} with placements "
+                f"{render(pl)} at mesh coordinate {coord} of a {_fmt(ref.shape)} mesh: expected "
+                f"local shape {_fmt(expected)};{why} Pass shape= with the true global shape (the "
+                "same on every rank), or fix the local tensor."
+            )
+        else:
+            _compat.sym_check(g == e, lambda d=d, e=e, g=g: f"ShardedTensor.from_local: local dim {d} is {g}, expected {e}")
+
+
+def _run_check(local, ref: MeshRef, pl, coord, shape) -> None:
+    for i, name in enumerate(ref.group_names):
+        k = ref.shape[i]
+        if k == 1:
+            continue
+        sizes = torch.tensor([int(s) for s in local.shape], dtype=torch.int64)
+        got = waited(_coll.all_gather_tensor(sizes, 0, name)).reshape(k, -1).tolist()
+        for c in range(k):
+            other = coord[:i] + (c,) + coord[i + 1:]
+            want = list(local_shape(shape, pl, ref.shape, other))
+            if got[c] != want:
+                raise ShardShapeError(
+                    f"ShardedTensor.from_local(run_check=True): the rank at coordinate {other} holds "
+                    f"a local tensor of shape {tuple(got[c])}, but its shard of the global shape "
+                    f"{_fmt(shape)} under {render(pl)} has shape {tuple(want)}. Every rank must "
+                    "pass its own shard and the same shape=."
+                )
+        if type(pl[i]) is Replicate:
+            first = waited(_coll.broadcast(local.detach(), 0, name))
+            if not torch.equal(first, local.detach()):
+                raise ShardShapeError(
+                    f"ShardedTensor.from_local(run_check=True): placements[{i}] is Replicate() but "
+                    f"the local tensor at coordinate {coord} differs from the one at coordinate 0 of "
+                    f"mesh dim {i}. Pass equal replicas (e.g. broadcast first), or use Partial() if "
+                    "the locals are operands of a sum."
+                )
+
+
+# ---- autograd functions -------------------------------------------------------------------
+class _FromLocal(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, local, mesh, placements, coord, shape, stride):
+        ctx.spec = (mesh, placements, coord)
+        # A view: the ShardedTensor shares the caller's storage, as DTensor.from_local does.
+        return wrap(local.view_as(local), mesh, placements, coord, shape, stride)
+
+    @staticmethod
+    def backward(ctx, grad):
+        mesh, placements, coord = ctx.spec
+        # A gradient of a Partial input is the gradient of the sum: the same for every operand.
+        target = tuple(Replicate() if type(p) is Partial else p for p in placements)
+        if isinstance(grad, ShardedTensor):
+            g = grad._kit_ctx
+            return redistribute_local(grad.local, mesh, coord, g.placements, target, grad.shape), None, None, None, None, None
+        # A plain (global) gradient: keep this rank's part of it.
+        full = (Replicate(),) * len(placements)
+        return redistribute_local(grad, mesh, coord, full, target, grad.shape), None, None, None, None, None
+
+
+class _ToLocal(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, grad_placements):
+        c = x._kit_ctx
+        ctx.spec = (c.mesh, grad_placements or c.placements, c.coord, x.shape, x.stride(), x.dtype)
+        return x.local.view_as(x.local)
+
+    @staticmethod
+    def backward(ctx, grad):
+        mesh, placements, coord, shape, stride, dtype = ctx.spec
+        if isinstance(grad, ShardedTensor):
+            raise TypeError("ShardedTensor.to_local: the gradient of a local tensor must be a plain tensor")
+        return wrap(grad, mesh, placements, coord, shape, stride, dtype), None
+
+
+class _Redistribute(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, placements, async_op=False):
+        c = x._kit_ctx
+        ctx.src = c.placements
+        ctx.where = (c.mesh, c.coord, x.shape, x.stride())
+        if async_op:
+            from .comm import async_op as pending
+
+            with pending():
+                return relayout(x, placements)
+        return relayout(x, placements)
+
+    @staticmethod
+    def backward(ctx, grad):
+        target = tuple(Replicate() if type(p) is Partial else p for p in ctx.src)
+        if not isinstance(grad, ShardedTensor):
+            # A plain gradient is the whole global gradient: this rank keeps its part.
+            mesh, coord, shape, stride = ctx.where
+            return wrap(redistribute_local(grad, mesh, coord, (Replicate(),) * len(target), target, shape),
+                        mesh, target, coord, shape, stride, grad.dtype), None, None
+        if grad._kit_ctx.placements == target:
+            return grad, None, None
+        # The forward's global shape, not the tangent's: under dynamic shapes the tangent's
+        # outer sizes are fresh symbols the backward graph has no input for (a gather's
+        # narrow to them made AOTAutograd recurse forever), the forward's are traced values.
+        _, _, shape, stride = ctx.where
+        return relayout(grad, target, shape, stride), None, None
+
+
+# ---- graph functions (one call node each under torch.compile) ------------------------------
+@_compat.allow_in_graph
+def _from_local(local, ref, placements, shape, stride, run_check):
+    if not isinstance(local, torch.Tensor) or isinstance(local, ShardedTensor):
+        raise TypeError(
+            f"ShardedTensor.from_local takes this rank's shard as a plain torch.Tensor, got "
+            f"{type(local).__name__}. To change the placements of a ShardedTensor use "
+            ".redistribute(mesh, placements)."
+        )
+    if shape is not None and len(shape) != local.dim():
+        raise ShardShapeError(
+            f"ShardedTensor.from_local: shape={_fmt(shape)} has {len(shape)} dims but the local "
+            f"tensor has {local.dim()} (shape {_fmt(local.shape)}). Pass the global shape of the "
+            "tensor the shards make up; it has as many dims as each shard."
+        )
+    ndim = local.dim()
+    pl = normalize_placements(placements, ref.ndim, ndim, what="ShardedTensor.from_local")
+    coord = ref.coordinate()
+    if shape is None:
+        if stride is not None:
+            raise ShardShapeError("ShardedTensor.from_local: stride= needs shape= (the global shape it belongs to).")
+        shape = even_global_shape(local.shape, pl, ref.shape)
+    else:
+        shape = tuple(shape)
+        _check_local_shape(local, shape, pl, ref, coord)
+    stride = _strides_like(shape, local) if stride is None else tuple(stride)
+    if run_check and not is_compiling():
+        _run_check(local, ref, pl, coord, shape)
+    return _FromLocal.apply(local, ref, pl, coord, tuple(shape), stride)
+
+
+@_compat.allow_in_graph
+def _to_local(x, grad_placements):
+    if not isinstance(x, ShardedTensor):
+        raise TypeError(f"to_local() needs a ShardedTensor, got {type(x).__name__}.")
+    if grad_placements is not None:
+        grad_placements = normalize_placements(
+            grad_placements, x._kit_ctx.mesh.ndim, x.dim(), what="ShardedTensor.to_local(grad_placements=)"
+        )
+    return _ToLocal.apply(x, grad_placements)
+
+
+@_compat.allow_in_graph
+def _redistribute(x, ref, placements, async_op=False):
+    c = x._kit_ctx
+    if ref is not None and ref != c.mesh:
+        raise MeshError(
+            f"ShardedTensor.redistribute: the tensor lives on {c.mesh} but mesh={ref} was given; "
+            "moving between meshes is not supported. Pass the tensor's own mesh (or None)."
+        )
+    pl = c.placements if placements is None else normalize_placements(
+        placements, c.mesh.ndim, x.dim(), what="ShardedTensor.redistribute"
+    )
+    if pl == c.placements:
+        return x
+    return _Redistribute.apply(x, pl, bool(async_op))
+
+
+# ---- public -------------------------------------------------------------------------------
+def from_local(local, mesh, placements, *, shape=None, stride=None, run_check=False) -> ShardedTensor:
+    """See :meth:`ShardedTensor.from_local`."""
+    return _from_local(local, mesh_ref(mesh), list(placements) if isinstance(placements, (list, tuple)) else placements,
+                       None if shape is None else tuple(shape), None if stride is None else tuple(stride), run_check)
+
+
+def to_local(x, grad_placements=None) -> torch.Tensor:
+    """See :meth:`ShardedTensor.to_local`."""
+    return _to_local(x, None if grad_placements is None else list(grad_placements))
+
+
+def redistribute(x, mesh=None, placements=None, *, async_op: bool = False) -> ShardedTensor:
+    """See :meth:`ShardedTensor.redistribute`."""
+    return _redistribute(x, None if mesh is None else mesh_ref(mesh), None if placements is None else list(placements),
+                         async_op)
