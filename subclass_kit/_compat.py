@@ -598,3 +598,20 @@ def writes_an_argument(func) -> bool:
     return any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments)
 
 from torch.utils.weak import WeakTensorKeyDictionary  # noqa: E402  (identity-keyed, weak)
+
+
+# ---- torch's own counterparts, for the benchmarks (subclass_kit.bench) -------------------------
+
+
+def torch_two_tensor() -> type:
+    """torch's reference wrapper subclass (``torch.testing._internal.two_tensor.TwoTensor``)."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    return TwoTensor
+
+
+def torch_funcol():
+    """torch's functional collectives module (its AsyncCollectiveTensor and collectives)."""
+    import torch.distributed._functional_collectives as funcol
+
+    return funcol

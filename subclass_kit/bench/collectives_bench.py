@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 
+from .. import _compat
 from ._spawn import measure_on_ranks
 
 __all__ = ["run"]
@@ -29,7 +30,7 @@ _KINDS = {"plain": "plain", "native": "native", "torch ACT": "torch", "kit ACT":
 def _measure(quick: bool) -> list:
     import torch
     import torch.distributed as dist
-    import torch.distributed._functional_collectives as funcol
+    funcol = _compat.torch_funcol()
 
     from .. import collectives as kit
     from . import ratio_rows, side_by_side
@@ -61,7 +62,7 @@ def _measure(quick: bool) -> list:
     rows += ratio_rows("act_op", "add", res, reference="torch ACT", kinds=_KINDS, world_size=ws)
 
     # Issue + first use. The native ops without any wrapper are the floor.
-    f = torch.ops._c10d_functional
+    f = _compat.funcol_ops
     name = world.group_name
     res = timed(
         {

@@ -61,7 +61,7 @@ def run(quick: bool = False) -> list[dict]:
     Example:
         >>> rows = run(quick=True)  # doctest: +SKIP
     """
-    from torch.testing._internal.two_tensor import TwoTensor as TorchTwo
+    TorchTwo = _compat.torch_two_tensor()
 
     from ..examples import TwoTensor as KitTwo
     from . import ratio_rows, side_by_side

@@ -13,13 +13,14 @@ Groups of rows, each measured in one run:
 from __future__ import annotations
 
 import torch
-from torch.testing._internal.two_tensor import TwoTensor as TorchTwoTensor
 
 import guards
 
 from .. import _compat
 from ..examples import TwoTensor
 from . import ratio_rows, side_by_side
+
+TorchTwoTensor = _compat.torch_two_tensor()
 
 __all__ = ["Many", "Box", "run"]
 
@@ -139,7 +140,7 @@ def run(quick: bool) -> list[dict]:
     # GuardSet.check, and a dynamo-compiled ``x * 2`` beside the same op run eagerly.
     for impl in ("torch TwoTensor", "kit TwoTensor"):
         x = _two("torch" if impl.startswith("torch") else "kit")
-        torch._dynamo.reset()
+        _compat.dynamo_reset()
 
         def f(x):
             return x * 2
@@ -161,5 +162,5 @@ def run(quick: bool) -> list[dict]:
         res = timed({"eager x * 2": lambda x=x: f(x), "compiled x * 2": lambda cf=cf, x=x: cf(x)})
         rows += ratio_rows("dynamo", f"call on {impl}", res, reference="eager x * 2",
                            kinds={"eager x * 2": "plain", "compiled x * 2": "torch"})
-        torch._dynamo.reset()
+        _compat.dynamo_reset()
     return rows

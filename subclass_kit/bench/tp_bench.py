@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 
+from .. import _compat
 from ._spawn import measure_on_ranks
 
 __all__ = ["run", "flagship_rows"]
@@ -67,7 +68,7 @@ def _dtensor_tp(ex, model, mesh):
 
 
 def _wait_output(module, args, out):
-    from torch.distributed._functional_collectives import AsyncCollectiveTensor
+    AsyncCollectiveTensor = _compat.torch_funcol().AsyncCollectiveTensor
 
     # clone() waits (a data use) and, unlike .wait(), stays on the autograd graph.
     return out.clone() if isinstance(out, AsyncCollectiveTensor) else out
@@ -109,7 +110,7 @@ def _measure(quick: bool) -> list:
     for backend in ("aot_eager",) if quick else ("aot_eager", "inductor"):
         got, errors = {}, {}
         for impl in ("kit", "dtensor", "dtensor_waited"):
-            torch._dynamo.reset()
+            _compat.dynamo_reset()
             model = copy.deepcopy(ex.build(args))
             try:
                 model = ex.apply_tp(model, mesh) if impl == "kit" else _dtensor_tp(ex, model, mesh)
