@@ -201,7 +201,8 @@ def checked_handler(cls, func, h):
         ...     print(str(e).split(" (")[0], "...", "returned a list" in str(e))
         Box's handler for aten.neg.default ... True
     """
-    code = getattr(h, "__code__", None)
+    # A partial (a class's __op_handler__ binding an argument) is judged by its function.
+    code = getattr(getattr(h, "func", h), "__code__", None)
     if code is not None and code.co_filename.startswith(_KIT_DIR):
         return h
     kinds = _compat.op_return_types(func)

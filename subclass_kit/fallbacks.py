@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from . import aliasing, instance_state
+from . import _compat, aliasing, instance_state
 from .construct import from_parts
 from .errors import UnsupportedOpError
 from .opname import op_name
@@ -101,7 +101,13 @@ def rewrap(tmpl, func, args, kwargs, *results):
     if plan is aliasing.FUNCTIONAL:
         return wrap_like(tmpl, results)
     state = instance_state.of(tmpl) if plan.view_pairs else None
-    return aliasing.correct_aliasing(func, args, kwargs, wrap_like(tmpl, results, state), plan)
+    out = wrap_like(tmpl, results, state)
+    if plan.view_pairs == ((0, 0),) and plan.write_args is None and not plan.inplace_view \
+            and args and args[0] is tmpl and type(out) is type(tmpl):
+        # The common view (view, t, detach, slice ...): the result shares its input's storage.
+        _compat.functionalize_unsafe_set(out, tmpl)
+        return out
+    return aliasing.correct_aliasing(func, args, kwargs, out, plan)
 
 
 def map_inner(func, types, args, kwargs):
@@ -135,7 +141,13 @@ def map_inner(func, types, args, kwargs):
         return aliasing.correct_aliasing(func, args, kwargs, None, plan)
     # A view shares its base's declared state (e.g. a pending wait).
     state = instance_state.of(tmpl) if plan.view_pairs else None
-    return aliasing.correct_aliasing(func, args, kwargs, wrap_like(tmpl, results, state), plan)
+    out = wrap_like(tmpl, results, state)
+    if plan.view_pairs == ((0, 0),) and plan.write_args is None and not plan.inplace_view \
+            and args and args[0] is tmpl and type(out) is type(tmpl):
+        # The common view (view, t, detach, slice ...): the result shares its input's storage.
+        _compat.functionalize_unsafe_set(out, tmpl)
+        return out
+    return aliasing.correct_aliasing(func, args, kwargs, out, plan)
 
 
 def _plain(x, func):
