@@ -119,3 +119,116 @@ def test_the_static_scan_sees_lazy_imports(tmp_path):
     p = tmp_path / "m.py"
     p.write_text("def f():\n    from subclass_kit import fallbacks\n    import guards.x\n")
     assert _imported_tops(p) == {"subclass_kit", "guards"}
+
+
+# ---- inside each package: no cycles, private torch only in _compat --------------------------
+def _modules() -> dict:
+    """``{dotted module name: path}`` for every module of our three packages."""
+    out = {}
+    for pkg in OURS:
+        for f in (REPO / pkg).rglob("*.py"):
+            parts = list(f.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = f
+    return out
+
+
+def _import_graph(mods: dict) -> dict:
+    """Module -> the modules of ours it imports (lazy imports included; a package's import of
+    its own submodules is not an edge)."""
+    graph = {m: set() for m in mods}
+    for m, f in mods.items():
+        base = m.split(".") if f.name == "__init__.py" else m.split(".")[:-1]
+        for node in ast.walk(ast.parse(f.read_text())):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                prefix = node.module or ""
+                if node.level:
+                    prefix = ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
+                targets = [prefix] + [f"{prefix}.{a.name}" for a in node.names]
+            for t in targets:
+                while t and t not in mods:
+                    t = t.rpartition(".")[0]
+                if t and t != m and not m.startswith(t + "."):
+                    graph[m].add(t)
+    return graph
+
+
+def _cycles(graph: dict) -> list:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycles_lazy_imports_included():
+    assert _cycles(_import_graph(_modules())) == []
+
+
+def test_the_cycle_check_sees_a_lazy_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _cycles(graph) == [["a", "b", "c"]]
+
+
+def _private_torch(tree) -> list:
+    """``(line, name)`` of every private torch name a module's code uses (not its strings)."""
+    def private(name):
+        parts = name.split(".")
+        return parts[0] == "torch" and any(p.startswith("_") and not p.startswith("__") for p in parts[1:])
+
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and private(node.module):
+            hits.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            hits += [(node.lineno, a.name) for a in node.names if private(a.name)]
+        elif isinstance(node, ast.Attribute):
+            chain, v = [node.attr], node.value
+            while isinstance(v, ast.Attribute):
+                chain.append(v.attr)
+                v = v.value
+            if isinstance(v, ast.Name) and v.id == "torch" and private("torch." + ".".join(reversed(chain))):
+                hits.append((node.lineno, "torch." + ".".join(reversed(chain))))
+    return hits
+
+
+def test_private_torch_names_only_in_each_packages_one_compat_module():
+    compat = sorted(m for m in _modules() if m.endswith("._compat"))
+    assert compat == ["guards._compat", "subclass_kit._compat", "symbolic._compat"]
+    found = {
+        m: _private_torch(ast.parse(f.read_text()))
+        for m, f in _modules().items() if not m.endswith("._compat")
+    }
+    assert {m: h for m, h in found.items() if h} == {}
+
+
+def test_the_private_torch_scan_sees_code_but_not_strings():
+    tree = ast.parse('import torch._dynamo\nx = torch.ops._c10d_functional\n"torch._C in a message"\n')
+    assert _private_torch(tree) == [(1, "torch._dynamo"), (2, "torch.ops._c10d_functional")]
