@@ -78,6 +78,18 @@ def wrap_like(tmpl, results, state=None):
     return r0
 
 
+def _wrap_aliased(tmpl, func, args, kwargs, results, plan):
+    # A view shares its base's declared state (e.g. a pending wait) and its storage.
+    state = instance_state.of(tmpl) if plan.view_pairs else None
+    out = wrap_like(tmpl, results, state)
+    if plan.view_pairs == ((0, 0),) and plan.write_args is None and not plan.inplace_view \
+            and args and args[0] is tmpl and type(out) is type(tmpl):
+        # The common view (view, t, detach, slice ...): the result aliases its input directly.
+        _compat.functionalize_unsafe_set(out, tmpl)
+        return out
+    return aliasing.correct_aliasing(func, args, kwargs, out, plan)
+
+
 def rewrap(tmpl, func, args, kwargs, *results):
     """``x.rewrap(func, args, kwargs, *results)``: wrap per-inner results like ``x``, aliased per the schema.
 
@@ -100,14 +112,7 @@ def rewrap(tmpl, func, args, kwargs, *results):
     plan = aliasing.plan(func)
     if plan is aliasing.FUNCTIONAL:
         return wrap_like(tmpl, results)
-    state = instance_state.of(tmpl) if plan.view_pairs else None
-    out = wrap_like(tmpl, results, state)
-    if plan.view_pairs == ((0, 0),) and plan.write_args is None and not plan.inplace_view \
-            and args and args[0] is tmpl and type(out) is type(tmpl):
-        # The common view (view, t, detach, slice ...): the result shares its input's storage.
-        _compat.functionalize_unsafe_set(out, tmpl)
-        return out
-    return aliasing.correct_aliasing(func, args, kwargs, out, plan)
+    return _wrap_aliased(tmpl, func, args, kwargs, results, plan)
 
 
 def map_inner(func, types, args, kwargs):
@@ -139,15 +144,7 @@ def map_inner(func, types, args, kwargs):
         return wrap_like(tmpl, results)
     if plan.write_args is not None:
         return aliasing.correct_aliasing(func, args, kwargs, None, plan)
-    # A view shares its base's declared state (e.g. a pending wait).
-    state = instance_state.of(tmpl) if plan.view_pairs else None
-    out = wrap_like(tmpl, results, state)
-    if plan.view_pairs == ((0, 0),) and plan.write_args is None and not plan.inplace_view \
-            and args and args[0] is tmpl and type(out) is type(tmpl):
-        # The common view (view, t, detach, slice ...): the result shares its input's storage.
-        _compat.functionalize_unsafe_set(out, tmpl)
-        return out
-    return aliasing.correct_aliasing(func, args, kwargs, out, plan)
+    return _wrap_aliased(tmpl, func, args, kwargs, results, plan)
 
 
 def _plain(x, func):
