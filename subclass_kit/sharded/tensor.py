@@ -75,7 +75,7 @@ class ShardedTensor(WrapperTensor):
     def __inner_shapes__(cls, outer_size, ctx):
         return {"local": local_shape(outer_size, ctx.placements, ctx.mesh.shape, ctx.coord)}
 
-    # ---- conversions (see convert.py) -------------------------------------------------
+    # ---- conversions (implemented at the end of this module) ---------------------------
     @classmethod
     def from_local(cls, local, mesh, placements, *, shape=None, stride=None, run_check=False) -> "ShardedTensor":
         """Make a ShardedTensor from this rank's shard (differentiable; no communication).
