@@ -58,9 +58,12 @@ def _rank_main(rank: int, size: int, port: int, cases_file: str) -> None:
     """One rank of a fresh gloo world (``python _reload.py --rank R SIZE PORT CASES.json``):
     load this rank's packages, wait for every rank, run them, print the report."""
     import datetime
+    import faulthandler
 
     import torch.distributed as dist
 
+    # A rank about to be killed for hanging says where every thread is (stderr).
+    faulthandler.dump_traceback_later(float(os.environ.get("RELOAD_DUMP_AFTER", "180")), exit=False)
     timeout = datetime.timedelta(seconds=60)
     store = dist.TCPStore("127.0.0.1", port, size, is_master=rank == 0, timeout=timeout)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=size, timeout=timeout)
