@@ -267,12 +267,18 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _check_size(qual: str, size):
+def _int_tuple(v):
+    """``v`` as a tuple of ints / SymInts, or None when it is not one."""
     try:
-        dims = tuple(size)
+        t = tuple(v)
     except TypeError:
-        dims = None
-    if dims is None or not all(_is_int(d) or isinstance(d, _compat.SymInt) for d in dims):
+        return None
+    return t if all(_is_int(x) or isinstance(x, _compat.SymInt) for x in t) else None
+
+
+def _check_size(qual: str, size):
+    dims = _int_tuple(size)
+    if dims is None:
         raise OuterArgumentError(
             f"{qual}: size= must be a sequence of ints (the outer shape) but got {size!r}. "
             "Pass e.g. size=(rows, cols)."
@@ -293,11 +299,8 @@ def _check_stride(qual: str, stride, size, primary) -> None:
     an outer stride that disagrees would make them describe different elements. Symbolic
     strides (dynamo re-creating a wrapper) are only checked for their count.
     """
-    try:
-        st = tuple(stride)
-    except TypeError:
-        st = None
-    if st is None or not all(_is_int(s) or isinstance(s, _compat.SymInt) for s in st):
+    st = _int_tuple(stride)
+    if st is None:
         raise OuterArgumentError(
             f"{qual}: stride= must be a sequence of ints, one per dimension of the outer size "
             f"{_fmt_shape(tuple(size))}, but got {stride!r}."
