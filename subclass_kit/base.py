@@ -14,13 +14,19 @@ from typing import Any, ClassVar, dataclass_transform
 
 import torch
 
-from . import _compat, dispatch, flatten, instance_state, pre_dispatch
-from . import aliasing, fallbacks
-from .construct import construct, contiguous_strides, from_parts
+from . import (
+    _compat,
+    _dispatch as dispatch,
+    _flatten as flatten,
+    _instance_state as instance_state,
+    _pre_dispatch as pre_dispatch,
+)
+from . import _aliasing as aliasing, fallbacks
+from ._construct import construct, contiguous_strides, from_parts
 from .ctx import SubclassCtx
 from .errors import FrozenFieldError, LocalClassWarning
 from .fields import MISSING, inner, meta, state
-from .spec import ClassSpec, build_spec
+from ._spec import ClassSpec, build_spec
 
 __all__ = ["WrapperTensor"]
 

@@ -210,7 +210,7 @@ def _cmd_check(args) -> int:
     from .testing.report import format_row, format_summary
     from .testing.runner import UnknownCheckError, check_subjects
     from .testing.errors import SamplesError
-    from .testing.subject import resolve
+    from .testing._subject import resolve
 
     if not targets:
         raise UsageError("no targets given and no built-in exemplars found")

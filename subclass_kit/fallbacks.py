@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from . import _compat, aliasing, instance_state
-from .construct import from_parts
+from . import _compat, _aliasing as aliasing, _instance_state as instance_state
+from ._construct import from_parts
 from .errors import UnsupportedOpError
-from .opname import op_name
+from ._opname import op_name
 
 __all__ = ["map_inner", "to_plain", "raise_unsupported"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from . import _compat
 from .ctx import SubclassCtx, _rebuild_ctx
-from .flatten import rebuild
+from ._flatten import rebuild
 
 __all__ = ["allow", "required_globals"]
 

@@ -232,3 +232,82 @@ def test_private_torch_names_only_in_each_packages_one_compat_module():
 def test_the_private_torch_scan_sees_code_but_not_strings():
     tree = ast.parse('import torch._dynamo\nx = torch.ops._c10d_functional\n"torch._C in a message"\n')
     assert _private_torch(tree) == [(1, "torch._dynamo"), (2, "torch.ops._c10d_functional")]
+
+
+# One privacy rule for the three packages: a module (or subpackage) is named without a
+# leading ``_`` exactly when it is public -- it defines a name its package exports (re-exported
+# by the package's ``__init__``) or it is a documented module (a ``:::`` page under docs/api).
+# Everything else starts with ``_``; inside a ``_`` package names need no second ``_``.
+
+
+def _documented_modules() -> set:
+    found = set()
+    for page in (REPO / "docs" / "api").glob("*.md"):
+        for line in page.read_text().splitlines():
+            if line.startswith("::: "):
+                found.add(line[4:].strip())
+    return found
+
+
+def _exports_from(init: pathlib.Path) -> set:
+    """Submodule names from which the package ``__init__`` re-exports a public name (or which
+    it re-exports as themselves)."""
+    tree = ast.parse(init.read_text())
+    out = set()
+    for node in tree.body:
+        if not (isinstance(node, ast.ImportFrom) and node.level == 1):
+            continue
+        public = [a for a in node.names if not (a.asname or a.name).startswith("_")]
+        if not public:
+            continue
+        if node.module:
+            out.add(node.module.split(".")[0])
+        else:
+            out.update(a.name for a in public)
+    return out
+
+
+def _privacy_verdicts() -> list:
+    documented = _documented_modules()
+    rows = []
+    for top in OURS:
+        for init in sorted((REPO / top).rglob("__init__.py")):
+            pkg_dir = init.parent
+            rel = pkg_dir.relative_to(REPO).parts
+            if any(p.startswith("_") for p in rel):
+                continue  # a private package: everything inside is internal already
+            exports = _exports_from(init)
+            children = [p.stem for p in pkg_dir.glob("*.py") if p.stem != "__init__"]
+            children += [p.parent.name for p in pkg_dir.glob("*/__init__.py")]
+            for name in sorted(children):
+                dotted = ".".join((*rel, name))
+                public = (
+                    name in exports
+                    or dotted in documented
+                    or any(d.startswith(dotted + ".") for d in documented)
+                    or (name == "cli" and dotted == "subclass_kit.cli")  # the console script
+                )
+                rows.append((dotted, name.startswith("_"), public))
+    return rows
+
+
+def test_one_privacy_rule_modules_are_underscored_exactly_when_internal():
+    rows = _privacy_verdicts()
+    assert len(rows) > 60, rows  # the scan saw the packages
+    public_but_hidden = [d for d, under, public in rows if under and public and not d.endswith("._compat")]
+    internal_but_public_named = [d for d, under, public in rows if not under and not public]
+    assert not internal_but_public_named, (
+        f"{internal_but_public_named}: internal modules must start with '_' (or export a public "
+        "name from their package's __init__, or get a docs/api page)"
+    )
+    assert not public_but_hidden, (
+        f"{public_but_hidden}: a module that defines a public name must not start with '_'"
+    )
+
+
+def test_the_privacy_scan_sees_both_kinds():
+    rows = {d: (under, public) for d, under, public in _privacy_verdicts()}
+    assert rows["subclass_kit.base"] == (False, True)  # defines WrapperTensor
+    assert rows["subclass_kit._construct"] == (True, False)
+    assert rows["guards._shapes"] == (True, False)
+    assert rows["symbolic.marking"] == (False, True)  # defines mark_dynamic

@@ -5,9 +5,9 @@ count where ranks must stay in step), run round-robin by :func:`side_by_side` so
 from other processes hits every implementation alike. The chart is drawn by matplotlib
 (the optional ``bench`` extra); without it the bench still writes JSON and Markdown.
 
-Adding a suite: write ``subclass_kit/bench/<name>_bench.py`` exposing
+Adding a suite: write ``subclass_kit/bench/_<name>_bench.py`` (internal, hence the ``_``) exposing
 ``run(quick: bool) -> list[dict]`` (build its rows with :func:`ratio_rows`), and add
-``"<name>_bench"`` to :data:`SUITES` below -- one module, one line. The chart gets one
+``"_<name>_bench"`` to :data:`SUITES` below -- one module, one line. The chart gets one
 panel per suite without further changes.
 
 A row: ``group`` and ``name`` (together: what is measured, one *case*), ``impl`` (who does
@@ -36,10 +36,10 @@ _log = logging.getLogger(__name__)
 # The registry: one entry per suite module in this package. Suites whose import fails
 # (their feature is missing from this install) are skipped and listed in the JSON.
 SUITES = (
-    "dispatch_bench",
-    "guards_bench",
-    "collectives_bench",
-    "tp_bench",
+    "_dispatch_bench",
+    "_guards_bench",
+    "_collectives_bench",
+    "_tp_bench",
 )
 
 #: Who an implementation belongs to; decides its colour and legend entry in the chart.
@@ -141,7 +141,7 @@ def main(quick: bool = False, out: str = "bench-out", suites=SUITES) -> list:
     Example:
         >>> rows = main(quick=True, out="/tmp/bench")  # doctest: +SKIP
     """
-    from .chart import CHART_HINT, write_chart
+    from ._chart import CHART_HINT, write_chart
 
     os.makedirs(out, exist_ok=True)
     rows: list = []
@@ -157,7 +157,7 @@ def main(quick: bool = False, out: str = "bench-out", suites=SUITES) -> list:
         t0 = time.perf_counter()
         got = mod.run(quick=quick)
         _log.info("bench: %s done, %d rows in %.1f s", name, len(got), time.perf_counter() - t0)
-        rows += [{"suite": name.removesuffix("_bench"), **r} for r in got]
+        rows += [{"suite": name.lstrip("_").removesuffix("_bench"), **r} for r in got]
     env = {
         "torch": torch.__version__,
         "python": platform.python_version(),

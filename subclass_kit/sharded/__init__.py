@@ -12,7 +12,7 @@ Example (one rank, no process group needed):
     tensor([ 1.,  5.,  9., 13.])
 """
 
-from . import ops as _ops  # noqa: F401  (registers the op table)
+from . import _ops  # noqa: F401  (registers the op table)
 from .convert import distribute as distribute
 from .errors import (
     MeshError as MeshError,
@@ -22,7 +22,10 @@ from .errors import (
     UnsupportedOpError as UnsupportedOpError,
 )
 from .mesh import MeshRef as MeshRef, mesh_ref as mesh_ref
-from .loss import loss_parallel as loss_parallel, vocab_parallel_cross_entropy as vocab_parallel_cross_entropy
+from .loss import (
+    loss_parallel as loss_parallel,
+    vocab_parallel_cross_entropy as vocab_parallel_cross_entropy,
+)
 from .parallel import (
     ColwiseParallel as ColwiseParallel,
     ParallelStyle as ParallelStyle,
@@ -32,7 +35,12 @@ from .parallel import (
     SequenceParallel as SequenceParallel,
     parallelize as parallelize,
 )
-from .placements import Partial as Partial, Placement as Placement, Replicate as Replicate, Shard as Shard
+from .placements import (
+    Partial as Partial,
+    Placement as Placement,
+    Replicate as Replicate,
+    Shard as Shard,
+)
 from .tensor import ShardedTensor as ShardedTensor
 
 __all__ = [

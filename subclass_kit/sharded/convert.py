@@ -9,12 +9,12 @@ import torch
 
 from .. import _compat
 from .. import collectives as _coll
-from .comm import waited
+from ._comm import waited
 from .errors import PlacementError
-from .layout import contiguous_strides
+from ._layout import contiguous_strides
 from .mesh import mesh_ref
 from .placements import Partial, Replicate, normalize_placements
-from .redistribute import redistribute_local
+from ._redistribute import redistribute_local
 from .tensor import ShardedTensor, from_local, redistribute, to_local, wrap
 
 __all__ = ["from_local", "to_local", "redistribute", "distribute"]

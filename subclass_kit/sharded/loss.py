@@ -19,10 +19,10 @@ import torch.nn.functional as F
 
 from .. import collectives as _coll
 from .. import _compat
-from .comm import waited
+from ._comm import waited
 from .convert import redistribute, to_local
 from .errors import PlacementError
-from .layout import chunk_size, chunk_start
+from ._layout import chunk_size, chunk_start
 from .placements import Replicate, Shard, render
 from .tensor import ShardedTensor
 

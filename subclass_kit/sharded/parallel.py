@@ -34,7 +34,7 @@ from .. import collectives as _coll
 from ..compiling import is_compiling
 from .convert import distribute, from_local, redistribute, to_local
 from .errors import MeshError, ParallelizeError
-from .layout import chunk_size, chunk_start
+from ._layout import chunk_size, chunk_start
 from .mesh import mesh_ref
 from .placements import Partial, Placement, Replicate, Shard, _from_torch, render
 from .tensor import ShardedTensor

@@ -10,15 +10,15 @@ from .. import _compat
 from .. import collectives as _coll
 from ..base import WrapperTensor
 from ..compiling import is_compiling
-from ..construct import construct, from_parts
+from .._construct import construct, from_parts
 from ..ctx import SubclassCtx
 from ..fields import inner, meta
-from .comm import waited
+from ._comm import waited
 from .errors import MeshError, ShardShapeError
-from .layout import contiguous_strides, even_global_shape, local_shape
+from ._layout import contiguous_strides, even_global_shape, local_shape
 from .mesh import MeshRef, mesh_ref
 from .placements import Partial, Replicate, Shard, normalize_placements, render
-from .redistribute import redistribute_local
+from ._redistribute import redistribute_local
 
 __all__ = ["ShardedTensor", "wrap", "spec", "from_local", "to_local", "redistribute"]
 
@@ -31,7 +31,7 @@ class ShardedTensor(WrapperTensor):
     ``__inner_shapes__`` states the local shape as arithmetic of the global one (torch.chunk
     sizes, ``ceil(n / k)`` on the first rank), so ``symbolic.relations`` ties them under
     dynamic shapes. Ops run on the local shards with sharding propagation (see
-    ``subclass_kit.sharded.ops``); ops without a rule raise ``UnsupportedOpError``.
+    ``subclass_kit.sharded._ops``); ops without a rule raise ``UnsupportedOpError``.
 
     Exercises: meta fields that are frozen value objects (a mesh descriptor, placements), an
     inner shape that depends on meta values, a per-rank ctx (``coord``), collectives inside
@@ -417,7 +417,7 @@ class _Redistribute(torch.autograd.Function):
         ctx.src = c.placements
         ctx.where = (c.mesh, c.coord, x.shape, x.stride())
         if async_op:
-            from .comm import async_op as pending
+            from ._comm import async_op as pending
 
             with pending():
                 return relayout(x, placements)

@@ -8,7 +8,7 @@ import importlib
 import torch
 
 from .. import _compat
-from .subject import flatten
+from ._subject import flatten
 
 __all__ = ["stable_hash", "encode", "decode", "import_qualified"]
 

@@ -14,12 +14,24 @@ import traceback
 from typing import Iterable
 
 from .. import _compat
-from . import aoti, autograd, compiled, ctx, dynamic, eager, export, identity, objects, protocol, serialization
-from .check import Check, Fail, Run, Skip, selected as _selected
+from . import (
+    _aoti as aoti,
+    _autograd as autograd,
+    _compiled as compiled,
+    _ctx as ctx,
+    _dynamic as dynamic,
+    _eager as eager,
+    _export as export,
+    _identity as identity,
+    _objects as objects,
+    _protocol as protocol,
+    _serialization as serialization,
+)
+from ._check import Check, Fail, Run, Skip, selected as _selected
 from .parametrize import BACKENDS
-from .ops import default_cases, user_cases
+from ._ops import default_cases, user_cases
 from .report import FAIL, PASS, SKIP, CheckReport, CheckRow
-from .subject import Subject, resolve
+from ._subject import Subject, resolve
 
 __all__ = ["check_subclass", "check_subjects", "Check", "Fail", "Skip", "Run", "BACKENDS"]
 

@@ -1,6 +1,6 @@
 """The guards benchmark suite runs and produces the rows the bench report expects."""
 
-from subclass_kit.bench import guards_bench
+from subclass_kit.bench import _guards_bench as guards_bench
 
 
 def test_quick_run_rows():

@@ -10,7 +10,7 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 
-from subclass_kit.testing.compare import difference
+from subclass_kit.testing._compare import difference
 
 # Backend axis with readable ids; inductor compiles C++ and is kept to a few slow tests.
 BACKENDS = [

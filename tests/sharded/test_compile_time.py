@@ -7,7 +7,7 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 from subclass_kit.sharded import MeshRef, Shard, distribute
-from subclass_kit.sharded.ops import _common
+from subclass_kit.sharded._ops import _common
 
 
 def test_dynamic_compile_computes_each_ops_metadata_once(monkeypatch):

@@ -48,13 +48,13 @@ _MODULES = [
     "subclass_kit.sharded",
     "subclass_kit.sharded.placements",
     "subclass_kit.sharded.mesh",
-    "subclass_kit.sharded.layout",
-    "subclass_kit.sharded.redistribute",
+    "subclass_kit.sharded._layout",
+    "subclass_kit.sharded._redistribute",
     "subclass_kit.sharded.tensor",
     "subclass_kit.sharded.convert",
     "subclass_kit.sharded.parallel",
     "subclass_kit.sharded.loss",
-    "subclass_kit.sharded.ops.matrix",
+    "subclass_kit.sharded._ops.matrix",
 ]
 
 

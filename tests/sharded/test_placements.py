@@ -24,7 +24,7 @@ from subclass_kit.sharded import (
     ShardedTensor,
     ShardShapeError,
 )
-from subclass_kit.sharded.layout import chunk_size, chunk_start, local_shape
+from subclass_kit.sharded._layout import chunk_size, chunk_start, local_shape
 from subclass_kit.sharded.placements import normalize_placements
 from symbolic import size_symbol
 

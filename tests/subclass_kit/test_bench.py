@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from subclass_kit import bench
-from subclass_kit.bench import chart
+from subclass_kit.bench import _chart as chart
 
 
 def _fake_suite(world_sizes=(None,)):
@@ -123,7 +123,7 @@ def test_docstring_examples(module):
 
 
 def test_dispatch_suite_rows():
-    from subclass_kit.bench import dispatch_bench
+    from subclass_kit.bench import _dispatch_bench as dispatch_bench
 
     rows = dispatch_bench.run(quick=True)
     cases = {(r["group"], r["name"]) for r in rows}

@@ -338,7 +338,7 @@ def test_correct_handlers_and_the_kits_own_are_unchanged():
     y = Careless(torch.ones(2)) - 1
     assert type(y) is Careless and y.payload.tolist() == [0.0, 0.0]
     # the kit's own handlers are not wrapped: nothing added to their per-op path
-    from subclass_kit import dispatch
+    from subclass_kit import _dispatch as dispatch
     from subclass_kit.examples import ScaledTensor
 
     assert dispatch.resolve(ScaledTensor, aten.mm.default) is dispatch.find_registered(ScaledTensor, aten.mm.default)

@@ -13,7 +13,7 @@ import torch
 
 from subclass_kit import serialization
 from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
-from subclass_kit.flatten import rebuild
+from subclass_kit._flatten import rebuild
 
 
 @pytest.fixture(scope="module", autouse=True)

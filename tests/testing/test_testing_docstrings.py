@@ -20,8 +20,12 @@ DOCTESTS = doctests(
 
 def test_public_functions_have_examples():
     names = {p.id for p in DOCTESTS}
-    for name in ("subclass_kit.testing.runner.check_subclass", "subclass_kit.testing.report.CheckReport.raise_if_failed",
-                 "subclass_kit.testing.parametrize.parametrize_pytree_impls", "subclass_kit.testing.dynamic.sweep_sizes"):
+    for name in (
+        "subclass_kit.testing.runner.check_subclass",
+        "subclass_kit.testing.report.CheckReport.raise_if_failed",
+        "subclass_kit.testing.parametrize.parametrize_pytree_impls",
+        "subclass_kit.testing._dynamic.sweep_sizes",
+    ):
         assert name in names, name
 
 

@@ -21,10 +21,10 @@ import warnings
 
 import torch
 
-from .compiled import composite, guard_cases
-from .ops import INPLACE
-from .check import Check, Fail, Skip
-from .subject import describe
+from ._compiled import composite, guard_cases
+from ._ops import INPLACE
+from ._check import Check, Fail, Skip
+from ._subject import describe
 
 __all__ = ["plan"]
 

@@ -13,11 +13,11 @@ from typing import Any
 import torch
 
 from . import _compat
-from .pre_dispatch import maybe_record
+from ._pre_dispatch import maybe_record
 from .ctx import SubclassCtx
 from .errors import ConstructionError, InnerShapeError, InnerShapesKeyError, OuterArgumentError
 from .fields import MISSING, InnerField
-from .spec import check_meta_type, check_meta_value
+from ._spec import check_meta_type, check_meta_value
 
 __all__ = ["from_parts", "construct", "contiguous_strides"]
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import torch
 
 from .. import _compat
-from .compare import dense_difference, difference
-from .ops import INPLACE, VIEW
-from .check import Check, Fail, Skip
-from .subject import dense, describe, flatten
+from ._compare import dense_difference, difference
+from ._ops import INPLACE, VIEW
+from ._check import Check, Fail, Skip
+from ._subject import dense, describe, flatten
 
 __all__ = ["plan"]
 

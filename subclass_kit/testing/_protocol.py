@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 
 from .. import _compat
-from .check import Check, Fail, Skip
-from .subject import describe, flatten
+from ._check import Check, Fail, Skip
+from ._subject import describe, flatten
 
 __all__ = ["plan"]
 

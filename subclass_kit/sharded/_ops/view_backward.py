@@ -18,7 +18,7 @@ keeps a Partial only when base and source are Partial alike.
 
 from __future__ import annotations
 
-from ..layout import local_shape
+from .._layout import local_shape
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
 from ._common import aten, global_meta, move, move_plain, planned, spec_of, wrap_out

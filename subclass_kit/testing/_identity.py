@@ -25,8 +25,8 @@ import sys
 import time
 
 from . import _hashing
-from .check import Check, Fail, Skip, selected
-from .subject import describe, flatten
+from ._check import Check, Fail, Skip, selected
+from ._subject import describe, flatten
 
 __all__ = ["plan"]
 

@@ -18,12 +18,25 @@ from __future__ import annotations
 
 import torch
 
-from ... import aliasing
-from ...dispatch import raise_unsupported
+from ... import _aliasing as aliasing
+from ..._dispatch import raise_unsupported
 from ... import _compat
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
-from ._common import GATHERED_VIEW, TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, planned, spec_of, unsupported, wrap_out
+from ._common import (
+    GATHERED_VIEW,
+    TensorMeta,
+    aligned,
+    check_writable,
+    aten,
+    global_meta,
+    move,
+    move_plain,
+    planned,
+    spec_of,
+    unsupported,
+    wrap_out,
+)
 
 __all__ = ["pointwise", "rule_for"]
 

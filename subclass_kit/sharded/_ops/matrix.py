@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from ..placements import Partial, Replicate, Shard
-from ..redistribute import cost
+from .._redistribute import cost
 from ..tensor import ShardedTensor, spec
 from ._common import aligned, aten, global_meta, move, move_plain, planned, spec_of, wrap_out
 

@@ -17,7 +17,7 @@ import contextvars
 import torch
 
 from .. import collectives as _coll
-from .layout import chunk_size
+from ._layout import chunk_size
 from .mesh import MeshRef
 
 __all__ = ["waited", "async_op", "gather_shards", "reduce_partial", "reduce_scatter_partial", "take_chunk", "zero_unless_first"]
@@ -105,7 +105,7 @@ def take_chunk(local: torch.Tensor, k: int, coord: int, dim: int) -> torch.Tenso
     """This rank's chunk of a replicated tensor along ``dim`` (no communication; a view)."""
     if k == 1:
         return local
-    from .layout import chunk_start
+    from ._layout import chunk_start
 
     n = local.size(dim)
     return local.narrow(dim, chunk_start(n, k, coord), chunk_size(n, k, coord))

@@ -19,10 +19,10 @@ from __future__ import annotations
 import torch
 
 from .. import _compat
-from .compare import difference
-from .compiled import composite, compile_and_run, explain_error, guard_cases, usable_cases
-from .check import Check, Fail, Skip
-from .subject import describe, flatten, inner_shapes_for, resized
+from ._compare import difference
+from ._compiled import composite, compile_and_run, explain_error, guard_cases, usable_cases
+from ._check import Check, Fail, Skip
+from ._subject import describe, flatten, inner_shapes_for, resized
 
 __all__ = ["plan", "sweep_sizes"]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from . import comm
+from . import _comm as comm
 from .mesh import MeshRef
 from .placements import Partial, Replicate, Shard
 

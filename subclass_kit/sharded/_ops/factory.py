@@ -7,7 +7,7 @@ shards; any other shape is replicated (its local is the whole tensor).
 
 from __future__ import annotations
 
-from ..layout import local_shape
+from .._layout import local_shape
 from ..placements import Partial, Replicate
 from ..tensor import ShardedTensor, spec
 from ._common import aten, global_meta, wrap_out
@@ -49,7 +49,7 @@ def new_factory(func, types, args, kwargs):
     lsize = local_shape(size, pl, mesh.shape, coord)
     rest = list(args[2:])
     if func is aten.new_empty_strided.default:
-        from ..layout import contiguous_strides
+        from .._layout import contiguous_strides
 
         # The local keeps the requested layout's dim order, as a compact tensor.
         order = sorted(range(len(size)), key=lambda d: -args[2][d]) if all(type(s) is int for s in args[2]) else range(len(size))

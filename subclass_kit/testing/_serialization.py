@@ -15,9 +15,9 @@ import re
 import torch
 
 from .. import _compat
-from .compare import difference
-from .check import Check, Fail, Skip
-from .subject import describe
+from ._compare import difference
+from ._check import Check, Fail, Skip
+from ._subject import describe
 
 __all__ = ["plan", "allowed_globals"]
 

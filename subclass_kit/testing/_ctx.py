@@ -19,8 +19,8 @@ import pickle
 
 import torch
 
-from .check import Check, Fail
-from .subject import describe, flatten
+from ._check import Check, Fail
+from ._subject import describe, flatten
 
 __all__ = ["plan", "walk"]
 

@@ -18,14 +18,15 @@ from typing import Callable
 import torch
 
 from . import _compat
-from .defaults import builtin_handler
+from ._defaults import builtin_handler
 from .errors import HandlerResultError
-from .opname import op_name
+from ._opname import op_name
 from .fallbacks import raise_unsupported  # noqa: F401  (the default fallback; re-exported)
 
 __all__ = ["registered_ops", "find_registered", "register_ops", "register_torch_functions", "resolve", "checked_handler", "torch_function", "raise_unsupported"]
 
-_log = logging.getLogger(__name__)
+# The logger keeps its documented name (docs/guards.md) though the module is internal.
+_log = logging.getLogger("subclass_kit._dispatch")
 _ALL_CLASSES: "weakref.WeakSet[type]" = weakref.WeakSet()
 
 

@@ -10,11 +10,11 @@ import warnings
 import torch
 
 from .. import _compat
-from .compare import difference
-from .compiled import composite
-from .ops import INPLACE
-from .check import Check, Fail, Skip
-from .subject import describe
+from ._compare import difference
+from ._compiled import composite
+from ._ops import INPLACE
+from ._check import Check, Fail, Skip
+from ._subject import describe
 
 __all__ = ["plan"]
 
@@ -71,7 +71,7 @@ def _export(run):
     if d:
         raise Fail(f"the exported program's result differs from eager: {d}", "see the compile rows; export traces the same way")
     try:
-        from .serialization import allowed_globals
+        from ._serialization import allowed_globals
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -108,7 +108,7 @@ def _export_jagged(run, fn, x, expected, nonstrict_error):
             if diff:
                 raise Fail(f"the strictly exported program's result differs from eager: {diff}", "see the compile rows")
             stage = "torch.export.save/load of the strict program"
-            from .serialization import allowed_globals
+            from ._serialization import allowed_globals
 
             got = _compat.export_round_trip(ep, allowed_globals(run.cls)).module()(x)
     except Fail:

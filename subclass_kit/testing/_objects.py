@@ -8,9 +8,9 @@ import copy
 import torch
 
 from .. import _compat
-from .compare import difference
-from .check import Check, Fail
-from .subject import describe, flatten
+from ._compare import difference
+from ._check import Check, Fail
+from ._subject import describe, flatten
 
 __all__ = ["plan"]
 

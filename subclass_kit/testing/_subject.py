@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import _compat
-from ..construct import contiguous_strides
+from .._construct import contiguous_strides
 from .errors import SamplesError
 
 __all__ = ["Subject", "resolve", "describe", "flatten", "inner_values", "dense", "has_to_plain", "resized"]

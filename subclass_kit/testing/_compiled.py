@@ -16,10 +16,10 @@ import traceback
 import torch
 
 from .. import _compat
-from .compare import difference
-from .ops import VIEW
-from .check import Check, Fail, Skip
-from .subject import describe, flatten
+from ._compare import difference
+from ._ops import VIEW
+from ._check import Check, Fail, Skip
+from ._subject import describe, flatten
 
 __all__ = ["plan", "composite", "explain_error", "compile_and_run", "usable_cases", "guard_cases"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from symbolic import ceil_div, sym_max, sym_min
 
-from ..construct import contiguous_strides  # noqa: F401  (re-exported: layouts name their strides)
+from .._construct import contiguous_strides  # noqa: F401  (re-exported: layouts name their strides)
 from .placements import Shard
 
 __all__ = ["chunk_size", "chunk_start", "local_shape", "even_global_shape", "contiguous_strides"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .subject import Subject
+from ._subject import Subject
 
 __all__ = ["Check", "Fail", "Skip", "Run", "selected"]
 

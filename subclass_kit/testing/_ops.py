@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 
 from .. import _compat
-from ..opname import op_name
+from .._opname import op_name
 
 __all__ = ["OpCase", "default_cases", "user_cases", "op_name"]
 
@@ -129,7 +129,7 @@ def catalog() -> list:
 
 def _registered_ops(cls) -> set:
     """Aten ops a kit class (or a parent) registered with ``implements``."""
-    from ..dispatch import registered_ops
+    from .._dispatch import registered_ops
 
     if not hasattr(cls, "_kit_own_ops"):
         return set()

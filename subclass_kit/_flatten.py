@@ -20,7 +20,7 @@ import copy
 import torch
 
 from . import _compat
-from .construct import contiguous_strides, from_parts
+from ._construct import contiguous_strides, from_parts
 
 _SymInt = torch.SymInt
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 
 from .. import _compat
-from .subject import dense, flatten, has_to_plain
+from ._subject import dense, flatten, has_to_plain
 
 __all__ = ["difference", "dense_difference", "tolerances"]
 

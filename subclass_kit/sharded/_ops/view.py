@@ -17,8 +17,8 @@ Partial placements pass through every view unchanged (views are linear).
 
 from __future__ import annotations
 
-from ... import aliasing
-from ..layout import local_shape
+from ... import _aliasing as aliasing
+from .._layout import local_shape
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
 from ._common import GATHERED_VIEW, TensorMeta, aten, global_meta, move, planned, spec_of, wrap_out

@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 
 from .. import _compat
-from .compare import dense_difference, difference
-from .compiled import explain_error, usable_cases
-from .check import Check, Fail, Skip
-from .subject import dense, describe, flatten
+from ._compare import dense_difference, difference
+from ._compiled import explain_error, usable_cases
+from ._check import Check, Fail, Skip
+from ._subject import dense, describe, flatten
 
 __all__ = ["plan"]
 

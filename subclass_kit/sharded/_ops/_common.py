@@ -16,7 +16,7 @@ import torch
 from ... import _compat
 from ..errors import MeshError, UnsupportedOpError
 from ..placements import Replicate, Shard, render
-from ..redistribute import redistribute_local
+from .._redistribute import redistribute_local
 from ..tensor import SIG, ShardedTensor, describe, spec, wrap
 
 __all__ = [

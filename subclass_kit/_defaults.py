@@ -11,8 +11,13 @@ from __future__ import annotations
 import sympy
 import torch
 
-from . import _compat, aliasing, instance_state, pre_dispatch
-from .construct import from_parts
+from . import (
+    _compat,
+    _aliasing as aliasing,
+    _instance_state as instance_state,
+    _pre_dispatch as pre_dispatch,
+)
+from ._construct import from_parts
 from .fallbacks import _first_wrapper, map_inner
 
 __all__ = ["builtin_handler", "is_outer_shaped"]
