@@ -157,6 +157,93 @@ def contiguous_strides(backend: str) -> dict:
     return seen
 
 
+# ---- ops along dims and ops by positions --------------------------------------------------
+# Issue 12's "other *_backward ops": each value and its gradient (index_backward,
+# gather/scatter_add, index_add, unfold_backward, sort/topk's value-selecting backward, pad's
+# negative pad, ...) against dense.
+_IDX = torch.tensor([0, 2, 2, 6, 5])
+POSITIONS = {
+    "index": lambda t: t[_IDX],
+    "index cols": lambda t: t[:, torch.tensor([1, 1, 4])],
+    "index_select 0": lambda t: t.index_select(0, _IDX),
+    "index_select 1": lambda t: t.index_select(1, torch.tensor([3, 0])),
+    "gather 1": lambda t: t.gather(1, (torch.arange(7 * 2) % 6).view(7, 2)),
+    "take_along_dim 0": lambda t: torch.take_along_dim(t, (torch.arange(3 * 6) % 7).view(3, 6), 0),
+    "unfold 0": lambda t: t.unfold(0, 3, 2),
+    "unfold 1": lambda t: t.unfold(1, 2, 1),
+    "roll": lambda t: t.roll(2, 0),
+    "roll flat": lambda t: t.roll(5),
+    "flip 1": lambda t: t.flip(1),
+    "cumsum 0": lambda t: t.cumsum(0),
+    "cumsum 1": lambda t: t.cumsum(1),
+    "sort 0": lambda t: t.sort(0).values,
+    "topk 1": lambda t: t.topk(2, 1).values,
+    "max dim 0": lambda t: t.max(0).values,
+    "max dim 1 keepdim": lambda t: t.max(1, keepdim=True).values,
+    "tril": lambda t: t.tril(),
+    "triu 1": lambda t: t.triu(1),
+    "pad": lambda t: torch.nn.functional.pad(t, (1, 2, 0, 1)),
+    "pad last": lambda t: torch.nn.functional.pad(t, (2, 0)),
+    "repeat": lambda t: t.repeat(2, 1),
+    "where mask": lambda t: torch.where(t > 0, t, t * 0.5),
+}
+# Data-dependent output sizes: eager only (a compiled graph would need unbacked sizes).
+EAGER_ONLY = {"masked_select": lambda t: t[t > 0]}
+
+
+def backward_through_positions(backend: str, placements=("Shard(0)", "Shard(1)", "Replicate()")) -> dict:
+    """Each op of POSITIONS (and EAGER_ONLY, eagerly) on an uneven 7x6 tensor: value and the
+    gradient of a weighted sum equal dense, eagerly; compiled (``backend``, fullgraph) all
+    at once, one graph per placement. Also: integer results (argmax, sort's indices), and an
+    in-place write by positions into a shard raises a named error while a Replicate one
+    matches dense."""
+    mesh = _mesh()
+    g = torch.Generator().manual_seed(21)
+    D = torch.randn(7, 6, generator=g)
+    ops = {**POSITIONS, **EAGER_ONLY}
+    weights = {name: torch.randn(fn(D).shape, generator=g) for name, fn in ops.items()}
+
+    def loss(t):
+        return sum((fn(t) * weights[name]).sum() for name, fn in POSITIONS.items())
+
+    dense = D.clone().requires_grad_(True)
+    loss(dense).backward()
+    frames, kept = {}, {}
+    for pl in [eval(p) for p in placements]:  # noqa: S307  (placement reprs)
+        for name, fn in ops.items():
+            x = distribute(D, mesh, [pl]).requires_grad_(True)
+            v = fn(x)
+            close(v.full_tensor(), fn(D), msg=f"{name} of {pl}")
+            kept[f"{name} of {pl}"] = repr(tuple(v.placements))
+            (v * weights[name]).sum().backward()
+            d = D.clone().requires_grad_(True)
+            (fn(d) * weights[name]).sum().backward()
+            close(x.grad.full_tensor(), d.grad, msg=f"grad of {name} of {pl}")
+        x = distribute(D, mesh, [pl])
+        for name, fn in {"argmax 1": lambda t: t.argmax(1), "sort indices": lambda t: t.sort(1).indices}.items():
+            r = fn(x)
+            assert r.dtype == torch.int64 and torch.equal(r.full_tensor(), fn(D)), (name, pl)
+        cnt = CompileCounterWithBackend(backend)
+        x = distribute(D, mesh, [pl]).requires_grad_(True)
+        out = torch.compile(loss, backend=cnt, fullgraph=True)(x)
+        close(out.full_tensor(), loss(D))
+        out.backward()
+        close(x.grad.full_tensor(), dense.grad, msg=f"compiled grad of {pl}")
+        frames[repr(pl)] = cnt.frame_count
+    # In place by positions: into a whole tensor it matches dense; into a shard it raises.
+    idx, src = torch.tensor([0, 3, 3]), torch.ones(3, 6)
+    r = distribute(D, mesh, [Replicate()])
+    r.index_add_(0, idx, src)
+    close(r.full_tensor(), D.clone().index_add_(0, idx, src))
+    s = distribute(D, mesh, [Shard(0)])
+    try:
+        s.index_add_(0, idx, src)
+        raised = ""
+    except Exception as e:  # noqa: BLE001  (the type and text are what the test checks)
+        raised = f"{type(e).__name__}: {e}"
+    return {"frames": frames, "kept": kept, "inplace into shard": raised}
+
+
 # ---- property: global strides equal the dense tensor's after every op family -------------
 def _op_table():
     aten = torch.ops.aten
@@ -195,6 +282,17 @@ def _op_table():
         # backward ops
         "slice_backward": lambda t: aten.slice_backward.default(t, [t.size(0) + 2, *t.shape[1:]], 0, 1, t.size(0) + 1, 1),
         "select_backward": lambda t: aten.select_backward.default(t, [2, *t.shape], 0, 1),
+        # along dims / by positions
+        "flip": lambda t: t.flip(0),
+        "roll": lambda t: t.roll(1, -1),
+        "cumsum": lambda t: t.cumsum(-1),
+        "sort": lambda t: t.sort(0).values,
+        "max dim": lambda t: t.max(-1).values,
+        "pad": lambda t: torch.nn.functional.pad(t, (1, 0)),
+        "index_select": lambda t: t.index_select(0, torch.tensor([0, 0])),
+        "gather": lambda t: t.gather(0, torch.zeros((1, *t.shape[1:]), dtype=torch.long)),
+        "index": lambda t: t[torch.tensor([0, 0])],
+        "repeat": lambda t: t.repeat(*([2] + [1] * (t.dim() - 1))),
     }
 
 

@@ -26,6 +26,24 @@ def test_backward_through_views_eager_and_compiled():
     assert results[0]["partial slice_backward"] == "(Partial('sum'),)"
 
 
+def test_ops_along_dims_and_by_positions_eager_and_compiled():
+    results = world(2).run(_gap_tasks.backward_through_positions, "aot_eager", timeout=TIMEOUT)
+    # (the error text names each rank's own shard, so only the rest must agree)
+    assert all({**r, "inplace into shard": ""} == {**results[0], "inplace into shard": ""} for r in results)
+    summary = results[0]
+    assert summary["frames"] == {"Shard(0)": 1, "Shard(1)": 1, "Replicate()": 1}
+    kept = summary["kept"]
+    # Shards on dims the op does not work along stay where they are (no gather)...
+    assert kept["cumsum 1 of Shard(0)"] == kept["flip 1 of Shard(0)"] == "(Shard(0),)"
+    assert kept["max dim 0 of Shard(1)"] == "(Shard(0),)"  # shifted past the removed dim
+    assert kept["pad last of Shard(0)"] == kept["index_select 1 of Shard(0)"] == "(Shard(0),)"
+    # ...a shard on the dim it works along, or any op by global positions, is made whole.
+    assert kept["cumsum 0 of Shard(0)"] == kept["tril of Shard(1)"] == "(Replicate(),)"
+    assert kept["index of Shard(1)"] == kept["gather 1 of Shard(0)"] == "(Replicate(),)"
+    raised = summary["inplace into shard"]
+    assert raised.startswith("UnsupportedOpError") and "index_add_" in raised and "Shard(0)" in raised, raised
+
+
 def test_writes_into_views_eager_and_compiled():
     (summary, _) = world(2).run(_gap_tasks.setitem, "aot_eager", timeout=TIMEOUT)
     for key, v in summary.items():

@@ -173,6 +173,7 @@ _DIM_ARG = {
     aten.split.Tensor: 2,
     aten.split_with_sizes.default: 2,
     aten.unbind.int: 1,
+    aten.unfold.default: 1,  # windows along dim; the window becomes a new last dim
 }
 _DROPS_DIM = {aten.select.int, aten.unbind.int}
 

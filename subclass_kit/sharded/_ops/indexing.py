@@ -1,0 +1,189 @@
+"""Ops that work along some dims (sort, topk, cumsum, flip, roll, tril, pad, index_select,
+max/argmax over a dim) and ops that index or scatter by a tensor of positions (index,
+gather, scatter, index_put, index_add and the ``*_backward`` ops autograd emits for them).
+
+- *Along dims*: a shard on a dim the op works along is gathered first; shards on the other
+  dims stay where they are (their slices are independent), shifting past a dim the op
+  removes (``max(dim)`` without ``keepdim``). Partial inputs are reduced first.
+- *By positions*: the positions are global indices, so every operand is made whole
+  (Replicate) and the op runs on every rank alike; the result is Replicate. This is what
+  DTensor's fallback strategy does for these ops. An in-place one writes into its first
+  operand, which must already be whole: a shard would not receive the rows another rank
+  owns (a named error says so, with the fix).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..placements import Partial, Replicate, Shard
+from ..tensor import ShardedTensor, spec
+from ._common import (
+    TensorMeta,
+    aten,
+    check_writable,
+    global_meta,
+    move,
+    planned,
+    spec_of,
+    unsupported,
+    wrap_out,
+)
+
+__all__ = ["along_dims", "by_positions", "by_positions_inplace"]
+
+_SEQ = (list, tuple)
+
+
+def _arg(args, kwargs, i, name, default=None):
+    return args[i] if len(args) > i else kwargs.get(name, default)
+
+
+def _one(d, nd):
+    return {d % nd} if nd else set()
+
+
+def _all(nd):
+    return set(range(nd))
+
+
+def _padded(args, kwargs, nd):
+    pad = _arg(args, kwargs, 1, "pad")
+    return {nd - 1 - i for i in range(len(pad) // 2) if pad[2 * i] != 0 or pad[2 * i + 1] != 0}
+
+
+def _reduced_dim(args, kwargs, nd):
+    """(dims worked along, dims removed from the result) of max.dim / argmax & co."""
+    dim = _arg(args, kwargs, 1, "dim")
+    keepdim = _arg(args, kwargs, 2, "keepdim", False)
+    dims = _all(nd) if dim is None else _one(dim, nd)
+    return dims, (set() if keepdim else dims)
+
+
+# op -> (args, kwargs, ndim) -> dims the op works along, or (those dims, dims it removes)
+_ALONG = {
+    aten.roll.default: lambda a, k, nd: {d % nd for d in _arg(a, k, 2, "dims", ())} or _all(nd),
+    aten.flip.default: lambda a, k, nd: {d % nd for d in _arg(a, k, 1, "dims")},
+    aten.cumsum.default: lambda a, k, nd: _one(_arg(a, k, 1, "dim"), nd),
+    aten.cumprod.default: lambda a, k, nd: _one(_arg(a, k, 1, "dim"), nd),
+    aten.logcumsumexp.default: lambda a, k, nd: _one(_arg(a, k, 1, "dim"), nd),
+    aten.cummax.default: lambda a, k, nd: _one(_arg(a, k, 1, "dim"), nd),
+    aten.cummin.default: lambda a, k, nd: _one(_arg(a, k, 1, "dim"), nd),
+    aten.sort.default: lambda a, k, nd: _one(_arg(a, k, 1, "dim", -1), nd),
+    aten.sort.stable: lambda a, k, nd: _one(k.get("dim", -1), nd),
+    aten.topk.default: lambda a, k, nd: _one(_arg(a, k, 2, "dim", -1), nd),
+    aten.index_select.default: lambda a, k, nd: _one(_arg(a, k, 1, "dim"), nd),
+    # the diagonal's position depends on global row and column numbers
+    aten.tril.default: lambda a, k, nd: {nd - 2, nd - 1},
+    aten.triu.default: lambda a, k, nd: {nd - 2, nd - 1},
+    aten.constant_pad_nd.default: _padded,
+    aten.max.dim: _reduced_dim,
+    aten.min.dim: _reduced_dim,
+    aten.argmax.default: _reduced_dim,
+    aten.argmin.default: _reduced_dim,
+}
+
+
+def _along_decide(func, args, kwargs):
+    x = args[0]
+    mesh, cur, coord = spec(x)
+    got = _ALONG[func](args, kwargs, x.dim())
+    dims, gone = got if type(got) is tuple else (got, set())
+    target = tuple(
+        Replicate() if type(p) is Partial or (type(p) is Shard and p.dim in dims) else p for p in cur
+    )
+    out_pl = tuple(Shard(p.dim - sum(d < p.dim for d in gone)) if type(p) is Shard else p for p in target)
+    return global_meta(func, args, kwargs), target, out_pl, mesh, coord
+
+
+_along_plan = planned(_along_decide)
+
+
+def _wrap_all(res, meta, mesh, pl, coord):
+    if type(res) in _SEQ:
+        return type(res)(_wrap_all(r, m, mesh, pl, coord) for r, m in zip(res, meta))
+    return wrap_out(res, meta, mesh, pl, coord)
+
+
+def _whole(a, rep):
+    """An operand as its whole value on this rank (plain tensors are whole already)."""
+    if type(a) is ShardedTensor:
+        return move(a, rep)
+    if type(a) in _SEQ:
+        return type(a)(_whole(b, rep) for b in a)
+    return a
+
+
+@ShardedTensor.implements(*_ALONG)
+def along_dims(func, types, args, kwargs):
+    """Gather the shards on the dims the op works along; keep the others."""
+    meta, target, out_pl, mesh, coord = _along_plan(func, args, kwargs)
+    rep = (Replicate(),) * len(target)
+    rest = [_whole(a, rep) for a in args[1:]]
+    res = func(move(args[0], target), *rest, **{k: _whole(v, rep) for k, v in kwargs.items()})
+    return _wrap_all(res, meta, mesh, out_pl, coord)
+
+
+_BY_POSITIONS = (
+    aten.index.Tensor, aten.gather.default, aten.take_along_dim.default, aten.masked_select.default,
+    aten.scatter.src, aten.scatter.value, aten.scatter_add.default, aten.scatter_reduce.two,
+    aten.index_add.default, aten.index_copy.default, aten.index_fill.int_Scalar,
+    aten.index_put.default, aten._unsafe_index_put.default, aten.repeat.default,
+    aten.unfold_backward.default, aten.masked_scatter.default,
+)
+
+
+def _data_dependent(func, args) -> bool:
+    """The result's size depends on the values (a boolean mask): no meta kernel can say it."""
+    if func is aten.masked_select.default:
+        return True
+    return func is aten.index.Tensor and any(
+        i is not None and i.dtype in (torch.bool, torch.uint8) for i in args[1]
+    )
+
+
+def _whole_meta(res):
+    # Every operand was whole, so the local result is the global value; its metadata is
+    # the global metadata up to strides (taken only where the size is data-dependent).
+    if type(res) in _SEQ:
+        return type(res)(_whole_meta(r) for r in res)
+    return TensorMeta(tuple(res.shape), tuple(res.stride()), res.dtype, res.storage_offset())
+
+
+@ShardedTensor.implements(*_BY_POSITIONS)
+def by_positions(func, types, args, kwargs):
+    """Make every operand whole, run the op alike on every rank; the result is Replicate."""
+    mesh, coord = spec_of(func, args, kwargs)
+    rep = (Replicate(),) * mesh.ndim
+    res = func(*_whole(args, rep), **{k: _whole(v, rep) for k, v in kwargs.items()})
+    meta = _whole_meta(res) if _data_dependent(func, args) else global_meta(func, args, kwargs)
+    return _wrap_all(res, meta, mesh, rep, coord)
+
+
+_BY_POSITIONS_INPLACE = (
+    aten.scatter_.src, aten.scatter_.value, aten.scatter_add_.default, aten.scatter_reduce_.two,
+    aten.index_add_.default, aten.index_copy_.default, aten.index_fill_.int_Scalar,
+    aten.index_put_.default, aten._index_put_impl_.default, aten.masked_scatter_.default,
+)
+
+
+@ShardedTensor.implements(*_BY_POSITIONS_INPLACE)
+def by_positions_inplace(func, types, args, kwargs):
+    """Write by global positions into a whole (Replicate) tensor, on every rank alike."""
+    dst = args[0]
+    mesh, coord = spec_of(func, args, kwargs)
+    rep = (Replicate(),) * mesh.ndim
+    if type(dst) is ShardedTensor:
+        check_writable(func, args, kwargs, dst)
+        if spec(dst)[1] != rep:
+            unsupported(
+                func, args, kwargs,
+                "it writes by global positions into its first operand, which holds only a "
+                "shard (or a pending reduction) here, so rows owned by other ranks would not "
+                "be written;",
+            )
+        func(dst.local, *_whole(args[1:], rep), **{k: _whole(v, rep) for k, v in kwargs.items()})
+        return dst
+    func(dst, *_whole(args[1:], rep), **{k: _whole(v, rep) for k, v in kwargs.items()})
+    return dst
+
