@@ -77,6 +77,13 @@ def is_nested_int(x: Any) -> bool:
     return isinstance(x, torch.SymInt) and bool(_is(x))
 
 
+def nested_int_coeff(x: torch.SymInt) -> int:
+    """The coefficient of a nested int (``3*j1`` -> 3), from its ``NestedIntNode``; 1 for a
+    ShapeEnv symbol standing for one (a ``SymNode``, which does not carry it)."""
+    coeff = getattr(x.node, "nested_int_coeff", None)
+    return 1 if coeff is None else int(coeff())
+
+
 def is_njt(t: Any) -> bool:
     """True for torch's jagged-layout NestedTensor (dynamo does not track its outer sizes)."""
     return isinstance(t, _njt_cls())
