@@ -83,7 +83,7 @@ def canonical(v: Any, *, where: str = "a guarded value") -> Any:
         if _compat.is_nested_int(v):
             # A jagged dim: its identity (j1, j2, ...) depends on creation order, and dynamo
             # treats it as dynamic, so only the coefficient (``3*j1`` -> 3) is part of the key.
-            return ["nested_int", _nested_coeff(v)]
+            return ["nested_int", _compat.nested_int_coeff(v)]
         return ["symint", str(v.node.expr)]
     r = repr(v)
     if " at 0x" in r or "object at" in r:
@@ -94,10 +94,3 @@ def canonical(v: Any, *, where: str = "a guarded value") -> Any:
         )
     return ["repr", type_name(type(v)), r]
 
-
-def _nested_coeff(v) -> int:
-    coeff = getattr(v.node, "nested_int_coeff", None)
-    try:
-        return int(coeff()) if callable(coeff) else 1
-    except Exception:
-        return 1

@@ -8,6 +8,7 @@ access raise; the whole body runs under ``try`` so that is a plain ``False`` too
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from ._sources import (
@@ -104,6 +105,12 @@ class CodeGen:
         src = self.source()
         ns: dict[str, Any] = dict(self.consts)
         ns["__builtins__"] = __builtins__
-        code = compile(src, f"<guards:{self.fn_name}>", "exec")
-        exec(code, ns)
+        exec(_compiled(src, self.fn_name), ns)
         return ns[self.fn_name], src
+
+
+@functools.lru_cache(maxsize=512)
+def _compiled(src: str, fn_name: str):
+    """The code object of ``src``. Inputs of one structure generate the same text (values
+    live in the constants), so rebuilding their guards skips Python's compiler."""
+    return compile(src, f"<guards:{fn_name}>", "exec")

@@ -125,10 +125,10 @@ class _Walker:
         return self.state.record_scalar(self.render(src), v)
 
     # -- tensors -----------------------------------------------------------------------
-    def _kinds(self, t, src, info: TensorDims):
+    def _kinds(self, t, src, info: TensorDims, fake: bool):
         """Per-dim ``(kind, lo, hi)`` and per-dim stride dynamism, dynamo's precedence."""
         entry = None
-        if self.state is not None and not _compat.is_fake(t):
+        if self.state is not None and not fake:
             strict = [i for i in range(t.dim()) if info.kind(i) == "dynamic"]
             entry = self.state.record_tensor(self.render(src), tuple(t.size()), tuple(t.stride()), strict)
         kinds, stride_dyn = [], []
@@ -163,7 +163,8 @@ class _Walker:
             return
         info = desc.shapes[rel]
         wrapper = info.wrapper
-        cls = torch.Tensor if _compat.is_fake(t) else type(t)
+        fake = _compat.is_fake(t)
+        cls = torch.Tensor if fake else type(t)
         self.dims_of[src] = info
         if info.refused:
             raise PolicyViolationError(
@@ -189,22 +190,22 @@ class _Walker:
             # dynamo lists the inner names last; here they come first so that an explanation
             # reports a missing inner tensor once instead of failing to read it.
             self.add(InnerNames(src, tuple(names)))
-        if _compat.is_njt(t) and not _compat.is_fake(t):
+        if not fake and _compat.is_njt(t):
             # dynamo does not track a NestedTensor's outer sizes (they follow from its inner
             # tensors): nested-int dims and strides are dynamic, the batch dim follows _offsets.
             sizes, strides = self._njt_outer(t, src, desc, rel, info)
         else:
-            kinds, stride_dyn = self._kinds(t, src, info)
+            kinds, stride_dyn = self._kinds(t, src, info, fake)
             shape = self.sim.tensor(src, t, kinds, stride_dyn)
             if shape.free_stride:
                 self.add(Layout(src, bool(t.is_contiguous())))
             sizes, strides = shape.static_sizes(), shape.static_strides()
-        keys = None if _compat.is_fake(t) else _compat.dispatch_keys(t)
+        keys = None if fake else _compat.dispatch_keys(t)
         tm = TensorMatch(src, cls, keys, t.dtype, t.device, t.requires_grad,
                          tuple(sizes), tuple(strides))
         self.out.tensor_matches.append(tm)
         self.add(tm)
-        if not _compat.is_fake(t):
+        if not fake:
             self.add(MarkMatch(src, tuple(sorted(info.marks.items()))))
         self.tensors.append((src, t))
         if wrapper:
@@ -216,7 +217,7 @@ class _Walker:
                 else:  # an opaque reference (e.g. a DeviceMesh): its type only
                     self.add(TypeMatch(isrc, type(inner), structural=False))
             self.wrappers.append((src, t, desc, rel))
-        base = None if _compat.is_fake(t) else _compat.view_base(t)
+        base = None if fake else _compat.view_base(t)
         if base is not None:
             self.base(base, AttrSource(src, "_base"))
 
@@ -246,7 +247,7 @@ class _Walker:
         """A view's base: dynamo fakeifies it (symbols, symbolic guards) but does not match it."""
         for rel, info in symbolic.describe(b).tensors.items():
             s = rebase(rel, src)
-            kinds, stride_dyn = self._kinds(info.tensor, s, info)
+            kinds, stride_dyn = self._kinds(info.tensor, s, info, _compat.is_fake(info.tensor))
             self.sim.tensor(s, info.tensor, kinds, stride_dyn, match=False)
 
     def dtensor(self, t, src: Source, desc: "_Described", rel: Source) -> None:

@@ -8,6 +8,7 @@ for in torch and degrades to a documented fallback where one exists.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any, Callable
 
 import torch
@@ -37,11 +38,36 @@ from torch.utils._python_dispatch import (  # noqa: E402  (public-ish, but under
 )
 
 
-def is_fake(t: Any) -> bool:
-    """True for a FakeTensor (the inner tensors of a wrapper seen during tracing)."""
+@functools.cache
+def _fake_cls() -> type:
     from torch._subclasses.fake_tensor import FakeTensor
 
-    return isinstance(t, FakeTensor)
+    return FakeTensor
+
+
+@functools.cache
+def _njt_cls() -> type:
+    from torch.nested._internal.nested_tensor import NestedTensor
+
+    return NestedTensor
+
+
+@functools.cache
+def _dtensor_cls() -> type | None:
+    if not torch.distributed.is_available():
+        return None
+    try:
+        from torch.distributed.tensor import DTensor
+    except ImportError:  # pragma: no cover - torch built without distributed
+        return None
+    return DTensor
+
+
+# The predicates below run several times per tensor in ``guards.build``; each resolves its
+# torch class once (``functools.cache``) rather than importing on every call.
+def is_fake(t: Any) -> bool:
+    """True for a FakeTensor (the inner tensors of a wrapper seen during tracing)."""
+    return isinstance(t, _fake_cls())
 
 
 def is_nested_int(x: Any) -> bool:
@@ -51,11 +77,16 @@ def is_nested_int(x: Any) -> bool:
     return isinstance(x, torch.SymInt) and bool(_is(x))
 
 
+def nested_int_coeff(x: torch.SymInt) -> int:
+    """The coefficient of a nested int (``3*j1`` -> 3), from its ``NestedIntNode``; 1 for a
+    ShapeEnv symbol standing for one (a ``SymNode``, which does not carry it)."""
+    coeff = getattr(x.node, "nested_int_coeff", None)
+    return 1 if coeff is None else int(coeff())
+
+
 def is_njt(t: Any) -> bool:
     """True for torch's jagged-layout NestedTensor (dynamo does not track its outer sizes)."""
-    from torch.nested._internal.nested_tensor import NestedTensor
-
-    return isinstance(t, NestedTensor)
+    return isinstance(t, _njt_cls())
 
 
 def snapshot_ctx(ctx: Any) -> Any:
@@ -83,13 +114,8 @@ class _AnyCompare:
 
 def is_dtensor(t: Any) -> bool:
     """True for torch's DTensor (guarded by dynamo through its spec, not TENSOR_MATCH)."""
-    if not torch.distributed.is_available():
-        return False
-    try:
-        from torch.distributed.tensor import DTensor
-    except ImportError:  # pragma: no cover - torch built without distributed
-        return False
-    return isinstance(t, DTensor)
+    cls = _dtensor_cls()
+    return cls is not None and isinstance(t, cls)
 
 
 def view_base(t: torch.Tensor):

@@ -63,6 +63,8 @@ class TensorShape:
     offset: Any
     match: bool  # False for a view's ``_base``: no TENSOR_MATCH, only symbolic guards
     free_stride: bool = False  # some stride is a symbol of its own, not a product of sizes
+    symbolic: bool = True  # False when every size, stride and the offset is an int
+    _properties: tuple | None = field(default=None, repr=False)
 
     def static_sizes(self) -> list:
         return [int(s) if _is_int(s) else None for s in self.sizes]
@@ -70,13 +72,20 @@ class TensorShape:
     def static_strides(self) -> list:
         return [int(s) if _is_int(s) else None for s in self.strides]
 
-    def properties(self):
-        """``(source, expr)`` for every size, stride and the offset, in dynamo's order."""
-        for i, s in enumerate(self.sizes):
-            yield SizeSource(self.source, i), s
-        for i, s in enumerate(self.strides):
-            yield StrideSource(self.source, i), s
-        yield StorageOffsetSource(self.source), self.offset
+    def properties(self) -> tuple:
+        """``(source, expr)`` for every size, stride and the offset, in dynamo's order.
+
+        Built once per tensor (``finish`` reads it twice; sources are torch ``Source``
+        objects, not free to build).
+        """
+        if self._properties is None:
+            src = self.source
+            self._properties = (
+                *((SizeSource(src, i), s) for i, s in enumerate(self.sizes)),
+                *((StrideSource(src, i), s) for i, s in enumerate(self.strides)),
+                (StorageOffsetSource(src), self.offset),
+            )
+        return self._properties
 
 
 @dataclass(frozen=True)
@@ -181,16 +190,20 @@ class ShapeSim:
 
         ex_size = [v for v, _ in raw_sizes]
         ex_stride = [v for v, _ in raw_strides]
+        # A STATIC dim is its value (``create``'s first answer); its source is not built.
         sizes = [
-            self.create(v, SizeSource(source, i), k, lo, hi)
+            sympy.Integer(v) if k == DimKind.STATIC else self.create(v, SizeSource(source, i), k, lo, hi)
             for i, (v, (k, lo, hi)) in enumerate(zip(ex_size, kinds))
         ]
         all_static = all(k == DimKind.STATIC for k, _, _ in kinds)
         self._free = False
         strides = self._strides(source, sizes, ex_size, ex_stride, stride_dynamic, all_static)
-        off_kind = DimKind.STATIC if all_static else DimKind.DUCK
-        off = self.create(raw_off[0], StorageOffsetSource(source), off_kind)
-        shape = TensorShape(source, sizes, strides, off, match, self._free)
+        if all_static:
+            off = sympy.Integer(raw_off[0])
+        else:
+            off = self.create(raw_off[0], StorageOffsetSource(source), DimKind.DUCK)
+        shape = TensorShape(source, sizes, strides, off, match, self._free,
+                            symbolic=not (all_static and not any(stride_dynamic)))
         self.tensors.append(shape)
         return shape
 
@@ -213,17 +226,24 @@ class ShapeSim:
                     kind = DimKind.DYNAMIC
                 else:
                     kind = DimKind.STATIC if all_static else DimKind.DUCK
-                st = self.create(val, StrideSource(source, i), kind)
-                self._free = self._free or not st.is_Integer
+                if kind == DimKind.STATIC:
+                    st = sympy.Integer(val)
+                else:
+                    st = self.create(val, StrideSource(source, i), kind)
+                    self._free = self._free or not st.is_Integer
             out[i] = st
-            candidates[ex_size[i] * val] = sympy.expand(sizes[i] * st)
+            prod = sizes[i] * st
+            candidates[ex_size[i] * val] = prod if prod.is_Integer else sympy.expand(prod)
         return out
 
     # -- guards ------------------------------------------------------------------------
     def finish(self) -> tuple[list[Equality], list[Range]]:
         """Shape guards for everything allocated: equalities, then ranges."""
+        # A shape with no symbol (every dim static) has nothing for these guards; its
+        # sources are not built.
+        shapes = [shape for shape in self.tensors if shape.symbolic]
         first: dict[sympy.Symbol, Source] = {}
-        for shape in self.tensors:
+        for shape in shapes:
             for src, expr in shape.properties():
                 if isinstance(expr, sympy.Symbol):
                     sym = self._by_sym[expr]
@@ -231,7 +251,7 @@ class ShapeSim:
                     first.setdefault(expr, src)
         eqs: list[Equality] = []
         seen: set = set()
-        for shape in self.tensors:
+        for shape in shapes:
             for src, expr in shape.properties():
                 if _is_int(expr):
                     continue  # static: TENSOR_MATCH's job (or unguarded, for offsets)

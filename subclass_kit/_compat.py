@@ -52,6 +52,23 @@ def is_compiling() -> bool:
     return bool(torch.compiler._is_non_strict_tracing())
 
 
+def never_compile_frames(fn) -> None:
+    """Dynamo never compiles a frame of ``fn`` (or any frame it calls) as a frame of its own.
+
+    ``torch.compile`` catches every Python frame that runs while a compiled function runs
+    eagerly after a graph break (e.g. ``loss.backward()`` inside it): the autograd engine
+    then calls the class's ``__torch_dispatch__`` from C, and dynamo would try to compile
+    the dispatcher and each handler as separate graphs. torch's DTensor wraps its
+    ``__torch_dispatch__`` in ``torch._disable_dynamo`` for this; marking the code object
+    (dynamo's ``FrameExecStrategy(SKIP, SKIP)``) does the same at no per-call cost. Tracing
+    is unaffected: dynamo never inlines ``__torch_dispatch__``; AOTAutograd runs it.
+    """
+    from torch._dynamo.eval_frame import set_code_exec_strategy
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+    set_code_exec_strategy(fn.__code__, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+
+
 def fake_mode_from(t):
     from torch._subclasses.fake_tensor import FakeTensor
 

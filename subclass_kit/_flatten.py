@@ -21,12 +21,14 @@ import torch
 
 from . import _compat
 from ._construct import contiguous_strides, from_parts
+from .ctx import SubclassCtx
 
 _SymInt = torch.SymInt
 
 __all__ = [
     "tensor_flatten",
     "tensor_unflatten",
+    "graph_rebuild",
     "stable_hash",
     "rebuild",
     "reduce_ex",
@@ -41,13 +43,21 @@ def tensor_flatten(self):
 
 
 def tensor_unflatten(cls, inner_tensors, ctx, outer_size, outer_stride):
+    inners = tuple([inner_tensors.get(n) for n in cls._kit_inner_names])
     if torch.compiler.is_dynamo_compiling():
-        # User code dynamo traces (the parametrization of unwrap_tensor_subclass_parameters
-        # under strict export) calls this: call the class instead, which dynamo records as
-        # one graph node rather than tracing the wrapper's construction (it cannot).
-        return _construct_in_graph(cls, inner_tensors, ctx, outer_size, outer_stride)
-    get = inner_tensors.get
-    inners = tuple([get(n) for n in cls._kit_inner_names])
+        # Dynamo traces this call: user code that dynamo compiles (the parametrization of
+        # unwrap_tensor_subclass_parameters under strict export), or this function compiled
+        # as a frame of its own (AOTAutograd's runtime calls it while a compiled function
+        # runs ``backward()`` after a graph break). Dynamo cannot trace the wrapper's
+        # construction; it records one call of the same trusted rebuild (see graph_rebuild).
+        size = None if outer_size is None else tuple(outer_size)
+        stride = None if outer_stride is None else tuple(outer_stride)
+        return cls._kit_graph_rebuild(inners, ctx.owner, ctx.fields, ctx.dtype, ctx.present, size, stride)
+    return _unflatten(cls, inners, ctx, outer_size, outer_stride)
+
+
+def _unflatten(cls, inners, ctx, outer_size, outer_stride):
+    """The trusted rebuild (``from_parts``), honouring the outer size and stride it is given."""
     primary = inners[0]
     if outer_size is None:
         outer_size = primary.shape
@@ -58,6 +68,31 @@ def tensor_unflatten(cls, inner_tensors, ctx, outer_size, outer_stride):
     if any(type(s) is _SymInt for s in outer_size):
         _record_relations(cls, inners, ctx, outer_size)
     return from_parts(cls, inners, ctx, outer_size, outer_stride, offset, ctx.dtype, primary.device)
+
+
+# Every class's graph_rebuild function, alive for the process: dynamo's allow_in_graph
+# recognises a function by its id, which must not be reused by another object.
+_GRAPH_REBUILDS: list = []
+
+
+def graph_rebuild(cls):
+    """``cls``'s trusted rebuild as one function dynamo records as a single graph node.
+
+    Its arguments are what a graph can hold: tensors, sizes, and the ctx taken apart into
+    constants (a class cannot be a graph argument, hence one function per class, made when
+    the class is). It rebuilds exactly as ``__tensor_unflatten__`` does outside dynamo;
+    the user-facing constructor (``__new__``, whose signature a class may change) is not
+    involved.
+    """
+
+    def rebuild(inners, owner, fields, dtype, present, size, stride):
+        ctx = SubclassCtx.make(owner, tuple([n for n, _ in fields]), tuple([v for _, v in fields]), dtype, present)
+        return _unflatten(cls, inners, ctx, size, stride)
+
+    rebuild.__name__ = "graph_rebuild"
+    rebuild.__qualname__ = f"{cls.__qualname__}.graph_rebuild"
+    _GRAPH_REBUILDS.append(rebuild)
+    return _compat.allow_in_graph(rebuild)
 
 
 def _record_relations(cls, inners, ctx, outer_size) -> None:
@@ -82,16 +117,6 @@ def _record_relations(cls, inners, ctx, outer_size) -> None:
             if type(got) is int and type(want) is int:
                 continue  # both static: TENSOR_MATCH pins them
             _compat.sym_check(got == want)
-
-
-def _construct_in_graph(cls, inner_tensors, ctx, outer_size, outer_stride):
-    kwargs = {n: inner_tensors.get(n) for n in cls._kit_inner_names}
-    kwargs.update(ctx.fields)
-    if outer_size is not None:
-        kwargs["size"] = tuple(outer_size)
-        if outer_stride is not None:
-            kwargs["stride"] = tuple(outer_stride)
-    return cls(dtype=ctx.dtype, **kwargs)
 
 
 def stable_hash(self) -> str:

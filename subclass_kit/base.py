@@ -355,6 +355,7 @@ class WrapperTensor(torch.Tensor):
 def _init_extension_surface(cls, spec) -> None:
     instance_state.install(cls, spec)
     cls._kit_default_ctxs = {}
+    cls._kit_graph_rebuild = staticmethod(flatten.graph_rebuild(cls))
 
 
 def _default_ctx(cls, dtype, inners):
@@ -380,3 +381,5 @@ WrapperTensor.__kit_spec__ = ClassSpec("WrapperTensor", (), (), (), (), (), ())
 WrapperTensor._kit_default_inner_shapes = WrapperTensor.__dict__["__inner_shapes__"].__func__
 dispatch.init_class(WrapperTensor)
 _init_extension_surface(WrapperTensor, WrapperTensor.__kit_spec__)
+# The dispatcher runs ops; it is never a graph of its own (see _compat.never_compile_frames).
+_compat.never_compile_frames(WrapperTensor.__dict__["__torch_dispatch__"].__func__)

@@ -1,9 +1,12 @@
-"""Cost of ``GuardSet.check`` beside dynamo's own guard evaluation and call overhead.
+"""Cost of ``guards.build`` and ``GuardSet.check`` beside dynamo's own guard evaluation and call overhead.
 
 Groups of rows, each measured in one run:
 
 - ``check``: ``GuardSet.check`` on a plain tensor, torch's TwoTensor and the kit's
   TwoTensor (two inner tensors), passing and failing;
+- ``build``: ``guards.build`` (describe, collect, generate and compile the check) on the
+  same inputs, and on a ``ScaledTensor`` whose dim 0 is marked dynamic (its
+  ``__inner_shapes__`` relations become guards);
 - ``inner_count``: a wrapper holding k inner tensors, k = 1..16 (cost should grow linearly);
 - ``depth``: a chain of wrappers d deep, each holding the next (linear in d);
 - ``dynamo``: on the same two-inner input, the kit's ``GuardSet.check`` beside dynamo's own
@@ -15,9 +18,10 @@ from __future__ import annotations
 import torch
 
 import guards
+import symbolic
 
 from .. import _compat
-from ..examples import TwoTensor
+from ..examples import ScaledTensor, TwoTensor
 from . import ratio_rows, side_by_side
 
 TorchTwoTensor = _compat.torch_two_tensor()
@@ -85,7 +89,7 @@ def _two(kind, rows=4):
 
 
 def run(quick: bool) -> list[dict]:
-    """Benchmark rows (see ``subclass_kit.bench``), four groups as the module says.
+    """Benchmark rows (see ``subclass_kit.bench``), the groups the module lists.
 
     Example:
         >>> rows = run(quick=True)  # doctest: +SKIP
@@ -110,6 +114,15 @@ def run(quick: bool) -> list[dict]:
     rows += ratio_rows("check", "GuardSet.check passes", timed(passing), reference="on plain tensor", kinds=kinds)
     rows += ratio_rows("check", "GuardSet.check fails (size)", timed(failing), reference="on plain tensor",
                        kinds=kinds)
+
+    # guards.build on the same inputs, plus a wrapper whose relations become guards.
+    scaled = ScaledTensor.from_float(torch.randn(16, 8))
+    symbolic.mark_dynamic(scaled, 0)
+    builds = {f"on {impl}": lambda x=x: guards.build(x) for impl, x in inputs.items()}
+    builds["on kit ScaledTensor, dim 0 dynamic"] = lambda x=scaled: guards.build(x)
+    assert guards.build(scaled).check(scaled)
+    rows += ratio_rows("build", "guards.build", timed(builds), reference="on plain tensor",
+                       kinds=dict.fromkeys(builds, "kit"))
 
     # Growth: k inner tensors, and d levels of nesting; ratios to the smallest.
     counts = {}

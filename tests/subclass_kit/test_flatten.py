@@ -239,6 +239,18 @@ def test_ctx_replace_and_canonical():
     assert fields["eps"] == ["float", (0.1).hex()]
 
 
+def test_ctx_canonical_is_the_guards_canonicaliser():
+    # One canonicaliser in the distribution: a ctx's meta values render exactly as guards'
+    # cache keys render them (enums by name, not by value; floats exactly).
+    from guards._canonical import canonical
+
+    ctx = Tagged(torch.ones(2), color=Color.BLUE).__tensor_flatten__()[1]
+    for name, value in ctx.fields:
+        assert dict(ctx.canonical()["fields"])[name] == canonical(value)
+    color = dict(ctx.canonical()["fields"])["color"]
+    assert color[0] == "enum" and color[-1] == "BLUE"  # by name (Color.BLUE.value is 2)
+
+
 # ---- stable hash -----------------------------------------------------------------------------
 
 
