@@ -98,7 +98,10 @@ def _to_sharded(x, ref, layout: Placement, desired: Placement, kind: str, name: 
                 f"parallelized over {ref}; parallelize every module of the model over one mesh, "
                 "or redistribute the input onto it first."
             )
-        return redistribute(x, ref, [_dim(desired, x.dim())])
+        want = (_dim(desired, x.dim()),)
+        # Already laid out so (and on this mesh): nothing to trace, as DTensor's styles skip
+        # the redistribute (under torch.compile both are constants, read with no guard).
+        return x if x.placements == want and x.mesh == ref else redistribute(x, ref, want)
     if not isinstance(x, torch.Tensor):
         raise ParallelizeError(
             f"{kind} on {name!r}: {what} is a {type(x).__name__}, not a tensor, but a layout "
@@ -131,7 +134,8 @@ def _finish(out, ref, layout: Placement, use_local: bool, kind: str, name: str):
         # start of the next compiled region, as with DTensor's async redistribute.
         local = to_local(out, [Replicate()])
         return _coll.reduce_scatter_tensor_autograd(local, "sum", layout.dim, ref.group_names[0])
-    out = redistribute(out, ref, [layout])
+    if out.placements != (layout,):
+        out = redistribute(out, ref, [layout])
     return to_local(out) if use_local else out
 
 

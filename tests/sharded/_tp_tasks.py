@@ -287,3 +287,42 @@ def second_module_dynamic() -> list:
         frames.append(_compare(dense, tp, inputs, lambda y: y.square().sum(), compiled=True,
                                what=f"seq {seq}", dense_inputs=dense_inputs))
     return frames
+
+
+def flagship_graphs(layers: int = 3, steps: int = 2) -> dict:
+    """The flagship compiled as apply_compile does (one backend for every block, so the
+    blocks share dynamo's cache), by the kit as is, the kit with the embedding's output
+    waited, and torch's DTensor with it waited (the tp bench's variants): per variant the
+    number of graphs compiled over ``steps`` steps and, per forward and backward graph, the
+    functional collectives in it (``{op name: count}``)."""
+    from collections import Counter
+
+    from subclass_kit.bench import tp_bench
+
+    ex = example()
+    mesh = _mesh()
+    args = ex.ModelArgs(n_layers=layers)
+    dense = ex.build(args)
+    ref, _ = ex.train(dense, ex.batches(args, steps, 2, [16]), parallel_loss=False)
+    out = {}
+    for impl in ("kit", "kit_waited", "dtensor_waited"):
+        torch._dynamo.reset()
+        model = copy.deepcopy(ex.build(args))
+        model = ex.apply_tp(model, mesh) if impl.startswith("kit") else tp_bench._dtensor_tp(ex, model, mesh)
+        if impl == "kit_waited":
+            model.tok_embeddings.register_forward_hook(tp_bench._wait_kit_output)
+        elif impl == "dtensor_waited":
+            model.tok_embeddings.register_forward_hook(tp_bench._wait_output)
+        rec = _Record()
+        cnt = CompileCounterWithBackend(rec.backend)
+        ex.apply_compile(model, cnt)
+        got, _ = tp_bench._train(ex, model, impl, steps, 16)
+        assert max(abs(a - b) for a, b in zip(got, ref)) <= 1e-5, (impl, got, ref)
+
+        def collectives(gm):
+            return dict(Counter(str(n.target).split(".")[1] for n in gm.graph.nodes
+                                if n.op == "call_function" and str(n.target).startswith("_c10d_functional.")))
+
+        out[impl] = {"frames": cnt.frame_count, "fw": [collectives(g) for g in rec.graphs["fw"]],
+                     "bw": [collectives(g) for g in rec.graphs["bw"]]}
+    return out

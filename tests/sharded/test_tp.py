@@ -132,6 +132,26 @@ def test_flagship_llama_matches_dense_one_compile_per_block_over_a_sequence_swee
 
 
 @pytest.mark.dist
+def test_flagship_compiles_as_many_graphs_with_the_same_collectives_as_dtensor():
+    # apply_compile with one backend: the 3 blocks run the same code, so dynamo compiles it
+    # once and the other blocks reuse it -- as long as nothing but the inputs' types could
+    # differ (no guard on a block's module, mesh or parameters' identity). Compared with
+    # torch's DTensor under the same plan, both with the embedding's output waited (the tp
+    # bench's reference; DTensor as is fails).
+    (r, _) = world(2).run(_tp_tasks.flagship_graphs, timeout=TIMEOUT * 2)
+    kit, waited, dt = r["kit"], r["kit_waited"], r["dtensor_waited"]
+    assert waited["frames"] == dt["frames"] == 1, r
+    # As is, block 0 gets the embedding's reduce-scatter pending (an AsyncCollectiveTensor,
+    # another input type): one graph of its own; blocks 1 and 2 share the other.
+    assert kit["frames"] == 2, r
+    # The same collectives as DTensor's, forward and backward ...
+    assert waited["fw"] == dt["fw"] and waited["bw"] == dt["bw"], r
+    # ... and as is, the shared graph equals them; block 0's has one more wait: its input's.
+    assert kit["fw"][1] == dt["fw"][0] and kit["bw"] == dt["bw"] * 2, r
+    assert kit["fw"][0] == {**dt["fw"][0], "wait_tensor": dt["fw"][0]["wait_tensor"] + 1}, r
+
+
+@pytest.mark.dist
 @pytest.mark.slow
 def test_flagship_llama_inductor():
     # One block (a cold inductor compile per block is the cost): 5 AdamW steps equal dense.
