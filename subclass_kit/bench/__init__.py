@@ -39,6 +39,7 @@ SUITES = (
     "dispatch_bench",
     "guards_bench",
     "collectives_bench",
+    "sharded_bench",
     "tp_bench",
 )
 
