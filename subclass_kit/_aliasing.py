@@ -17,7 +17,7 @@ _PLANS: dict = {}
 
 
 class _Plan:
-    __slots__ = ("view_pairs", "write_args", "inplace_view", "multi")
+    __slots__ = ("view_pairs", "write_args", "inplace_view", "multi", "simple_view")
 
     def __init__(self, func):
         info = _compat.get_alias_info(func)
@@ -25,6 +25,10 @@ class _Plan:
         self.inplace_view = info.is_inplace_view_op
         self.write_args = None
         self.multi = False
+        # The common view (view, t, detach, slice ...): one result viewing the first argument.
+        self.simple_view = (
+            self.view_pairs == ((0, 0),) and not self.inplace_view and info.outs_write_aliases is None
+        )
         if info.outs_write_aliases is not None:
             locs = []
             for alias in info.outs_write_aliases:
@@ -35,12 +39,19 @@ class _Plan:
             self.multi = len(locs) > 1
 
 
+#: ``id(func)`` of every op planned so far whose plan is a simple view (its ``_PLANS`` entry
+#: holds the op, so the id is not reused): the view fast paths test membership with an int.
+SIMPLE_VIEW_IDS: set = set()
+
+
 def _plan(func):
     p = _PLANS.get(func)
     if p is None:
         p = _Plan(func)
         if not p.view_pairs and p.write_args is None and not p.inplace_view:
             p = _NONE
+        elif p.simple_view:
+            SIMPLE_VIEW_IDS.add(id(func))
         _PLANS[func] = p
     return p
 

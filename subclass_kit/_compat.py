@@ -21,6 +21,8 @@ from torch.utils._python_dispatch import (  # noqa: F401
 )
 
 make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+# Its parameters in order: (cls, size, strides, storage_offset, memory_format, dtype, layout,
+# device, ...). Passed positionally they skip keyword parsing (~0.25 us of every op's result).
 disabled_torch_function_impl = torch._C._disabled_torch_function_impl
 DisableTorchFunctionSubclass = torch._C.DisableTorchFunctionSubclass
 functionalize_unsafe_set = torch._functionalize_unsafe_set
@@ -590,6 +592,35 @@ def work_registry_size() -> int:
 def raw_op(func):
     """The C++ callable behind an OpOverload (calling it skips OpOverload.__call__)."""
     return getattr(func, "_op", func)
+
+
+def _tensor_methods() -> dict:
+    aten = torch.ops.aten
+    T = torch.Tensor
+    return {
+        aten.detach.default: T.detach,
+        aten.view.default: T.view,
+        aten.t.default: T.t,
+        aten.transpose.int: T.transpose,
+        aten.unsqueeze.default: T.unsqueeze,
+        aten.squeeze.dim: T.squeeze,
+        aten.select.int: T.select,
+        aten.permute.default: T.permute,
+    }
+
+
+_TENSOR_METHODS = _tensor_methods()
+
+
+def fast_op(func):
+    """The cheapest callable equivalent to ``func`` on plain tensors, positional arguments.
+
+    A few view ops have a Tensor method that skips the boxed call of the OpOverload's
+    C++ callable (``detach`` ~1 us less); any other op: ``raw_op(func)``. For handlers
+    (inside ``__torch_dispatch__`` torch-function modes are off, so a method call is not
+    intercepted by one).
+    """
+    return _TENSOR_METHODS.get(func) or raw_op(func)
 
 
 def is_pure_view(func) -> bool:

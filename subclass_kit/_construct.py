@@ -22,6 +22,7 @@ from ._spec import check_meta_type, check_meta_value
 __all__ = ["from_parts", "construct", "contiguous_strides"]
 
 _STRIDED = torch.strided
+_make = _compat.make_wrapper_subclass
 
 
 def from_parts(cls, inners, ctx, size, stride, offset, dtype, device, requires_grad=False):
@@ -43,11 +44,14 @@ def from_parts(cls, inners, ctx, size, stride, offset, dtype, device, requires_g
             requires_grad=requires_grad,
         )
     else:
-        # The common case passes only what differs from the defaults: keyword parsing in
+        # The common case passes its arguments by position: keyword parsing in
         # _make_wrapper_subclass is a measurable part of every op's cost.
-        r = _compat.make_wrapper_subclass(cls, size, strides=stride, dtype=dtype, device=device)
+        r = _make(cls, size, stride, None, None, dtype, _STRIDED, device)
     d = r.__dict__
-    d.update(zip(cls._kit_inner_names, inners))
+    if len(inners) == 1:
+        d[cls._kit_inner_names[0]] = inners[0]
+    else:
+        d.update(zip(cls._kit_inner_names, inners))
     d["_kit_ctx"] = ctx
     if _compat.torch_function_mode_enabled():
         # User-level code under a torch-function mode, perhaps export's pre-dispatch

@@ -82,18 +82,21 @@ def _detach(func, types, args, kwargs):
     x = args[0]
     cls = type(x)
     d = x.__dict__
-    inners = tuple([None if d[n] is None else func(d[n]) for n in cls._kit_inner_names])
-    out = from_parts(cls, inners, x._kit_ctx, x.shape, x.stride(), x.storage_offset(), x.dtype, x.device)
-    _compat.functionalize_unsafe_set(out, x)
+    op = _DETACH if func is aten.detach.default else func._op  # no OpOverload.__call__ frame
+    inners = tuple([None if d[n] is None else op(d[n]) for n in cls._kit_inner_names])
+    out = from_parts(cls, inners, d["_kit_ctx"], x.shape, x.stride(), x.storage_offset(), x.dtype, x.device)
+    _unsafe_set(out, x)
     if cls._kit_state_names:  # an alias shares its base's declared state
-        _share_state(out, x)
+        instance_state.share(out, x)
     return out
 
 
+_unsafe_set = _compat.functionalize_unsafe_set
+_DETACH = _compat.fast_op(aten.detach.default)
+
+
 def _share_state(out, x) -> None:
-    state = instance_state.of(x)
-    if state:
-        instance_state.put(out, state)
+    instance_state.share(out, x)
 
 
 def _clone(func, types, args, kwargs):

@@ -23,7 +23,7 @@ from .errors import HandlerResultError
 from ._opname import op_name
 from .fallbacks import raise_unsupported  # noqa: F401  (the default fallback; re-exported)
 
-__all__ = ["registered_ops", "find_registered", "register_ops", "register_torch_functions", "resolve", "checked_handler", "torch_function", "raise_unsupported"]
+__all__ = ["registered_ops", "find_registered", "register_ops", "register_torch_functions", "resolve", "remember", "checked_handler", "torch_function", "raise_unsupported"]
 
 # The logger keeps its documented name (docs/guards.md) though the module is internal.
 _log = logging.getLogger("subclass_kit._dispatch")
@@ -242,7 +242,19 @@ def _result_message(cls, func, h, kinds, out) -> str:
 
 def resolve(cls, func):
     """Find and cache the handler for ``func`` on ``cls`` (see the module docstring)."""
-    h = cls._kit_cache[func] = _resolve(cls, func)
+    return remember(cls, func, _resolve(cls, func))
+
+
+def remember(cls, func, h):
+    """Cache ``h`` as ``cls``'s handler for ``func`` (until the next registration); returns ``h``.
+
+    ``__torch_dispatch__`` looks handlers up by ``id(func)``: an int hashes in C, an
+    OpOverload in a Python ``__hash__``. The entry under ``func`` itself holds the op, so
+    its id is not reused while the cache knows it.
+    """
+    cache = cls._kit_cache
+    cache[func] = h
+    cache[id(func)] = h
     return h
 
 

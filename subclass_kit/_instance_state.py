@@ -9,7 +9,7 @@ constructors touch the instance dict for it.
 
 from __future__ import annotations
 
-__all__ = ["install", "of", "put"]
+__all__ = ["install", "of", "put", "share"]
 
 
 def install(cls, spec) -> None:
@@ -19,6 +19,7 @@ def install(cls, spec) -> None:
             # The StateField specifier is replaced by the default every instance starts from.
             setattr(cls, f.name, f.default)
     cls._kit_state_names = frozenset(f.name for f in spec.state)
+    cls._kit_state_order = tuple(f.name for f in spec.state)
 
 
 def of(x) -> dict | None:
@@ -44,8 +45,8 @@ def of(x) -> dict | None:
 def put(x, values: dict) -> None:
     """Set declared state on a freshly built ``x`` (trusted paths; names are checked)."""
     cls = type(x)
-    unknown = values.keys() - cls._kit_state_names
-    if unknown:
+    if not values.keys() <= cls._kit_state_names:
+        unknown = values.keys() - cls._kit_state_names
         declared = sorted(cls._kit_state_names) or "none"
         raise TypeError(
             f"{cls.__qualname__} has no state named {sorted(unknown)} (declared state: "
@@ -53,3 +54,14 @@ def put(x, values: dict) -> None:
         )
     # Straight into the instance dict: a fresh instance, and state is never a field.
     x.__dict__.update(values)
+
+
+def share(out, x) -> None:
+    """Give ``out`` (a fresh view or alias of ``x``, same class) the state ``x`` has set."""
+    d = x.__dict__
+    od = None
+    for n in type(x)._kit_state_order:
+        if n in d:
+            if od is None:
+                od = out.__dict__
+            od[n] = d[n]

@@ -176,7 +176,7 @@ class WrapperTensor(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         # Inlined (not a call into dispatch.py): this runs for every op on every instance.
         try:
-            h = cls._kit_cache[func]
+            h = cls._kit_cache[id(func)]  # see dispatch.remember
         except KeyError:
             h = dispatch.resolve(cls, func)
         return h(func, types, args, _EMPTY if kwargs is None else kwargs)
@@ -323,6 +323,30 @@ class WrapperTensor(torch.Tensor):
             >>> type(t).__name__, tuple(t.shape), t.stride()
             ('TwoTensor', (3, 2), (2, 1))
         """
+        if type(inners) is tuple and ctx is not None and offset is not None and stride is not None \
+                and size is not None:
+            # Everything given (a handler's result with its metadata already known): the
+            # per-op path of a subclass that builds its results itself, so construct's
+            # from_parts is inlined for its common case (no grad, offset 0, and no
+            # torch-function mode on: inside an op's dispatch they are off). Under a mode,
+            # from_parts is where export's pre-dispatch tracing records a construction.
+            if requires_grad or offset.__class__ is not int or offset != 0 or _tf_mode_on():
+                out = from_parts(cls, inners, ctx, size, stride, offset, ctx.dtype, inners[0].device, requires_grad)
+                d = out.__dict__
+            else:
+                # By position: (cls, size, strides, offset, memory_format, dtype, layout, device).
+                out = _make(cls, size, stride, None, None, ctx.dtype, _STRIDED, inners[0].device)
+                d = out.__dict__
+                if len(inners) == 1:
+                    d[cls._kit_inner_names[0]] = inners[0]
+                else:
+                    d.update(zip(cls._kit_inner_names, inners))
+                d["_kit_ctx"] = ctx
+            if state:
+                if not state.keys() <= cls._kit_state_names:
+                    instance_state.put(out, state)  # raises, naming the unknown names
+                d.update(state)
+            return out
         if type(inners) is dict:
             inners = tuple([inners.get(n) for n in cls._kit_inner_names])
         else:
@@ -350,6 +374,11 @@ class WrapperTensor(torch.Tensor):
     #: ``x.rewrap(func, args, kwargs, *results)``: the view hook for handlers of view ops
     #: (see ``fallbacks.rewrap``; bound here without a wrapper: it runs on every view op).
     rewrap = fallbacks.rewrap
+
+
+_make = _compat.make_wrapper_subclass
+_STRIDED = torch.strided
+_tf_mode_on = _compat.torch_function_mode_enabled
 
 
 def _init_extension_surface(cls, spec) -> None:

@@ -39,6 +39,7 @@ SUITES = (
     "_dispatch_bench",
     "_guards_bench",
     "_collectives_bench",
+    "_sharded_bench",
     "_tp_bench",
 )
 

@@ -112,7 +112,7 @@ class AsyncCollectiveTensor(WrapperTensor):
 
     @classmethod
     def __op_handler__(cls, func):  # no op maps over elem: a view stays pending, others wait
-        return partial(_view if _compat.is_pure_view(func) else _data_use, _compat.raw_op(func))
+        return partial(_view if _compat.is_pure_view(func) else _data_use, _compat.fast_op(func))
 
 
 def _plain(a, wait=True):  # the buffer of an ACT (waited unless wait=False); lists element-wise
@@ -131,10 +131,10 @@ def _data_use(op, func, types, args, kwargs):  # in-place/out= ops return the wr
     return WrapperTensor.correct_aliasing(func, args, kwargs, out)
 
 
-def _view(op, func, types, args, kwargs):  # op: func's C++ callable (no OpOverload.__call__ frame)
+def _view(op, func, types, args, kwargs):  # op: _compat.fast_op(func)
     a = args[0]
     if type(a) is AsyncCollectiveTensor and not kwargs:  # the common shape, on every view: shortest
-        out = op(a.elem, *args[1:])
+        out = op(a.elem, args[1]) if len(args) == 2 else op(a.elem, *args[1:])  # no slice for view(t, size)
     else:
         a = next(x for x in (*args, *kwargs.values()) if type(x) is AsyncCollectiveTensor)
         out = op(*[_plain(x, False) for x in args], **{k: _plain(v, False) for k, v in kwargs.items()})

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+from typing import Any, NamedTuple
 
 import torch
 
@@ -10,9 +11,9 @@ from .. import _compat
 from .. import collectives as _coll
 from ..base import WrapperTensor
 from ..compiling import is_compiling
-from .._construct import construct, from_parts
+from .._construct import construct
 from ..ctx import SubclassCtx
-from ..fields import inner, meta
+from ..fields import inner, meta, state
 from ._comm import waited
 from .errors import MeshError, ShardShapeError
 from ._layout import contiguous_strides, even_global_shape, local_shape
@@ -20,7 +21,7 @@ from .mesh import MeshRef, mesh_ref
 from .placements import Partial, Replicate, Shard, normalize_placements, render
 from ._redistribute import redistribute_local
 
-__all__ = ["ShardedTensor", "wrap", "spec", "from_local", "to_local", "redistribute"]
+__all__ = ["ShardedTensor", "wrap", "wrap_out_spec", "out_spec", "Out", "spec", "from_local", "to_local", "redistribute"]
 
 
 class ShardedTensor(WrapperTensor):
@@ -54,6 +55,10 @@ class ShardedTensor(WrapperTensor):
     mesh: MeshRef = meta(doc="the device mesh (a MeshRef; .device_mesh is torch's DeviceMesh)")
     placements: tuple = meta(doc="one Shard/Replicate/Partial per mesh dim")
     coord: tuple = meta(doc="this rank's coordinate on the mesh")
+    # Per-instance state (not ctx): the metadata signature number for the op caches, and
+    # the view op that gathered this view's shard (so its local is a copy, not a view).
+    _sig: Any = state(default=None, doc="signature number of (ctx, shape, stride), see sig_of")
+    _gathered_view: Any = state(default=None, doc="the view op that gathered the shard, or None")
 
     # The ctx's value types, for serialization.allow (torch.load(weights_only=True)).
     __safe_globals__ = (MeshRef, Shard, Replicate, Partial)
@@ -222,34 +227,62 @@ def _ctx_fast(mesh, placements, coord, dtype) -> SubclassCtx:
     return c
 
 
-SIG = "_kit_sig"  # the instance's metadata signature, for the op caches (see ops._common)
+# The instance's metadata signature for the op caches (see ops._common): one int per
+# (ctx, global shape, global stride), so a cache key is a tuple of small ints. Numbers are
+# never reused (the table may be cleared; instances keep the numbers they were given).
+_SIGS: dict = {}
+_next_sig = itertools.count(1).__next__
+
+
+def sig_of(ctx: SubclassCtx, shape: tuple, stride: tuple):
+    """The signature number of ``(ctx, shape, stride)``; None under symbolic sizes.
+
+    ``ctx`` is interned (held by ``_CTXS`` for the process's life), so its id names it.
+    """
+    key = (id(ctx), shape, stride)
+    try:
+        s = _SIGS.get(key)
+    except TypeError:  # SymInts are not hashable: such instances are never cached
+        return None
+    if s is None:
+        if len(_SIGS) > 65536:
+            _SIGS.clear()
+        s = _SIGS[key] = _next_sig()
+    return s
+
+
+class Out(NamedTuple):
+    """Everything a result needs beyond its local: computed once per cached plan."""
+
+    ctx: SubclassCtx
+    shape: tuple
+    stride: tuple
+    offset: Any
+    sig: Any
+    kw: dict  # the keyword arguments of ShardedTensor.from_parts for such a result
+
+
+def out_spec(mesh, placements, coord, shape, stride, dtype, offset=0) -> Out:
+    """The :class:`Out` of a result with this global metadata."""
+    shape = shape if type(shape) is tuple else tuple(shape)
+    stride = stride if type(stride) is tuple else tuple(stride)
+    ctx = _ctx_fast(mesh, placements, coord, dtype)
+    sig = sig_of(ctx, shape, stride)
+    return Out(ctx, shape, stride, offset, sig, {"size": shape, "stride": stride, "offset": offset, "_sig": sig})
+
+
+def wrap_out_spec(local, out: Out) -> ShardedTensor:
+    """A result from its local and its precomputed :class:`Out` (the per-op path)."""
+    return _from_parts((local,), out.ctx, **out.kw)
 
 
 def wrap(local, mesh, placements, coord, shape, stride, dtype=None, offset=0, requires_grad=False) -> ShardedTensor:
     """Trusted construction (no checks): the dispatch and conversion paths use it."""
-    dtype = local.dtype if dtype is None else dtype
-    ctx = _ctx_fast(mesh, placements, coord, dtype)
-    if requires_grad or type(offset) is not int or offset != 0 or _tf_mode_on():
-        # from_parts is where every construction meets export's pre-dispatch tracing: under
-        # a torch-function mode (user-level code, maybe torch.export) it records this
-        # construction, without which the tracer refuses every op on the result.
-        out = from_parts(ShardedTensor, (local,), ctx, shape, stride, offset, dtype, local.device, requires_grad)
-        d = out.__dict__
-    else:
-        # from_parts' common case, inlined: this runs once per op (inside an op's dispatch
-        # the torch-function modes are off, so that is where this branch runs).
-        out = _make(ShardedTensor, shape, strides=stride, dtype=dtype, device=local.device)
-        d = out.__dict__
-        d["local"] = local
-        d["_kit_ctx"] = ctx
-    # ctx is interned (held by _CTXS for the process's life), so its id names it; the outer
-    # size and stride never change (in-place view ops are not supported on ShardedTensor).
-    d[SIG] = (id(ctx), shape if type(shape) is tuple else tuple(shape), stride if type(stride) is tuple else tuple(stride))
-    return out
+    o = out_spec(mesh, placements, coord, shape, stride, local.dtype if dtype is None else dtype, offset)
+    return _from_parts((local,), o.ctx, requires_grad=requires_grad, **o.kw)
 
 
-_make = _compat.make_wrapper_subclass
-_tf_mode_on = _compat.torch_function_mode_enabled
+_from_parts = ShardedTensor.from_parts
 
 
 def relayout(x: ShardedTensor, placements: tuple, shape=None, stride=None) -> ShardedTensor:

@@ -297,7 +297,7 @@ def flagship_graphs(layers: int = 3, steps: int = 2) -> dict:
     functional collectives in it (``{op name: count}``)."""
     from collections import Counter
 
-    from subclass_kit.bench import tp_bench
+    from subclass_kit.bench import _tp_bench as tp_bench
 
     ex = example()
     mesh = _mesh()

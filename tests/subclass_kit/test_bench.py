@@ -133,3 +133,26 @@ def test_dispatch_suite_rows():
         assert ("eager_dispatch", impl, kind) in impls
     assert all(r["median_us"] > 0 and r["reference"] == "torch TwoTensor" for r in rows)
     assert all(r["ratio"] == 1.0 for r in rows if r["impl"] == "torch TwoTensor")
+
+
+@pytest.mark.dist  # a 1-rank gloo world in a freshly started process
+def test_sharded_suite_rows_kit_beside_dtensor():
+    import statistics
+
+    from subclass_kit.bench import _sharded_bench as sharded_bench
+
+    rows = sharded_bench.run(quick=True)
+    groups = ("eager_op Replicate", "eager_op Shard(0)")
+    assert {(r["group"], r["name"]) for r in rows} == {
+        (g, n) for g in groups for n in (*sharded_bench.OPS, "median over ops")
+    }
+    assert all(r["world_size"] == 1 and r["reference"] == "DTensor" and r["median_us"] > 0 for r in rows)
+    for g in groups:
+        per_op = {(r["name"], r["impl"]): r for r in rows if r["group"] == g and r["name"] != "median over ops"}
+        assert {impl for _, impl in per_op} == {"plain", "DTensor", "kit ShardedTensor"}
+        assert all(r["ratio"] == 1.0 for (_, impl), r in per_op.items() if impl == "DTensor")
+        # The summary row is the median of the kit's per-op ratios (issue 12's figure).
+        kit = [r["ratio"] for (_, impl), r in per_op.items() if impl == "kit ShardedTensor"]
+        summary = next(r for r in rows if r["group"] == g and r["name"] == "median over ops"
+                       and r["impl"] == "kit ShardedTensor")
+        assert summary["ratio"] == pytest.approx(statistics.median(kit), abs=1e-3)

@@ -17,11 +17,11 @@ from ... import _compat
 from ..errors import MeshError, UnsupportedOpError
 from ..placements import Replicate, Shard, render
 from .._redistribute import redistribute_local
-from ..tensor import SIG, ShardedTensor, describe, spec, wrap
+from ..tensor import ShardedTensor, describe, out_spec, spec, wrap
 
 __all__ = [
     "TensorMeta", "spec_of", "global_meta", "planned", "move", "move_plain", "wrap_out",
-    "aligned", "unsupported", "aten", "GATHERED_VIEW", "check_writable",
+    "aligned", "unsupported", "aten", "check_writable", "fast_plan", "from_parts",
 ]
 
 aten = torch.ops.aten
@@ -78,10 +78,13 @@ def _sig(a, numbers_by_type: bool):
     symbolic sizes: those are never cached)."""
     t = type(a)
     if t is ShardedTensor:
-        return a.__dict__.get(SIG) or (a._kit_ctx, a.shape, a.stride())
+        s = a._sig
+        return (a._kit_ctx, a.shape, a.stride()) if s is None else s
     if isinstance(a, torch.Tensor):
         return (t, a.shape, a.stride(), a.dtype, a.device)
     if t in _SEQ:
+        if all([type(b) is int for b in a]):
+            return ("ints", *a)  # a size list (view, expand, sum's dims): as it is
         return tuple([_sig(b, numbers_by_type) for b in a])
     if numbers_by_type and (t is float or t is int or t is bool):
         return t
@@ -91,11 +94,22 @@ def _sig(a, numbers_by_type: bool):
 
 
 def _key(func, args, kwargs, numbers_by_type: bool):
-    return (
-        func,
-        tuple([_sig(a, numbers_by_type) for a in args]),
-        tuple([(k, _sig(v, numbers_by_type)) for k, v in kwargs.items()]) if kwargs else (),
-    )
+    # The common arguments (a ShardedTensor with its signature number, a number) inline:
+    # this is most of the per-op cost of a cached plan.
+    key = [func]
+    for a in args:
+        t = type(a)
+        if t is ShardedTensor:
+            s = a._sig
+            key.append(s if s is not None else _sig(a, numbers_by_type))
+        elif numbers_by_type and (t is float or t is int or t is bool):
+            key.append(t)
+        else:
+            key.append(_sig(a, numbers_by_type))
+    if kwargs:
+        key.append(tuple([(k, _sig(v, numbers_by_type)) for k, v in kwargs.items()]))
+        key.append(len(args))  # where the arguments end
+    return tuple(key)
 
 
 def _remember(cache: dict, key, value):
@@ -264,6 +278,24 @@ def wrap_out(local, meta: TensorMeta, mesh, placements, coord) -> ShardedTensor:
     return wrap(local, mesh, placements, coord, meta.shape, meta.stride, meta.dtype, meta.offset)
 
 
+def fast_plan(func, meta, mesh, placements, coord):
+    """``(op, ctx, kw)`` for a plan's fast path, or None (several results, symbolic sizes).
+
+    The fast path of a handler is then ``from_parts((op(*locals),), ctx, **kw)``: ``op`` is
+    ``func``'s C++ callable, ``ctx`` and ``kw`` (size, stride, offset, signature) the
+    result's, all computed once per cached plan, so a hit costs the key's dict lookup.
+    """
+    if type(meta) is TensorMeta:
+        o = out_spec(mesh, placements, coord, meta.shape, meta.stride, meta.dtype, meta.offset)
+        if o.sig is not None:
+            return _compat.fast_op(func), o.ctx, o.kw
+    return None
+
+
+#: ``ShardedTensor.from_parts``: the trusted rebuild the fast paths end in.
+from_parts = ShardedTensor.from_parts
+
+
 def aligned(x_shape, out_shape, out_pl: tuple) -> tuple:
     """The placements an operand of shape ``x_shape`` needs for a broadcasting op whose
     output (``out_shape``) has ``out_pl``: Shard on the matching dim unless it broadcasts."""
@@ -281,14 +313,11 @@ def aligned(x_shape, out_shape, out_pl: tuple) -> tuple:
     return tuple(res)
 
 
-# Set (to the view op) on a view whose sharded dim had to be gathered: its local is a copy,
-# so an in-place write into it would silently not reach the base. In-place ops check it.
-GATHERED_VIEW = "_kit_gathered_view"
-
-
 def check_writable(func, args, kwargs, x) -> None:
-    """Raise for an in-place write into a view that gathered its shard (not a real view)."""
-    view = x.__dict__.get(GATHERED_VIEW)
+    """Raise for an in-place write into a view that gathered its shard (not a real view):
+    its local is a copy (``x._gathered_view`` names the view op), so the write would
+    silently not reach the base."""
+    view = x._gathered_view
     if view is not None:
         unsupported(
             func, args, kwargs,

@@ -29,7 +29,7 @@ import math
 from ..placements import Partial, Replicate, Shard
 from .._redistribute import cost
 from ..tensor import ShardedTensor, spec
-from ._common import aligned, aten, global_meta, move, move_plain, planned, spec_of, wrap_out
+from ._common import aligned, aten, global_meta, move, move_plain, fast_plan, from_parts, planned, spec_of, wrap_out
 
 __all__ = ["mm", "addmm", "bmm", "strategy"]
 
@@ -117,14 +117,29 @@ def _plan(func, args, kwargs):
             # A bias already Partial alike stays; any other joins a Partial as a masked term.
             cur = spec(bias)[1]
             tbias = tuple(c if type(p) is Partial and c == p else p for p, c in zip(tbias, cur))
-    return ta, tb, tbias, out_pl, meta, mesh, coord
+    fast = None
+    if tbias is None and not kwargs and _stays(args[a_idx], ta) and _stays(args[a_idx + 1], tb):
+        fast = fast_plan(func, meta, mesh, out_pl, coord)
+    return ta, tb, tbias, out_pl, meta, mesh, coord, fast
+
+
+def _stays(x, target) -> bool:
+    """True when ``x`` is used as it is under ``target`` (no communication, no copy)."""
+    if type(x) is ShardedTensor:
+        return spec(x)[1] == target
+    return all(type(p) is Replicate for p in target)
 
 
 _planned = planned(_plan)
 
 
 def _product(func, args, kwargs):
-    ta, tb, tbias, out_pl, meta, mesh, coord = _planned(func, args, kwargs)
+    ta, tb, tbias, out_pl, meta, mesh, coord, fast = _planned(func, args, kwargs)
+    if fast is not None:
+        op, ctx, kw = fast
+        a, b = args
+        return from_parts((op(a.local if type(a) is ShardedTensor else a, b.local if type(b) is ShardedTensor else b),),
+                          ctx, **kw)
     a_idx = _SHAPES[func][1]
     new = list(args)
     new[a_idx] = _operand(args[a_idx], mesh, coord, ta)

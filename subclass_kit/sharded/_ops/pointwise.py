@@ -19,24 +19,11 @@ from __future__ import annotations
 import torch
 
 from ... import _aliasing as aliasing
-from ..._dispatch import raise_unsupported
+from ..._dispatch import raise_unsupported, remember
 from ... import _compat
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
-from ._common import (
-    GATHERED_VIEW,
-    TensorMeta,
-    aligned,
-    check_writable,
-    aten,
-    global_meta,
-    move,
-    move_plain,
-    planned,
-    spec_of,
-    unsupported,
-    wrap_out,
-)
+from ._common import TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, fast_plan, from_parts, planned, spec_of, unsupported, wrap_out
 
 __all__ = ["pointwise", "rule_for"]
 
@@ -153,7 +140,15 @@ def _plan(func, args, kwargs):
         if written and where == 0 and target != out_pl:
             unsupported(func, args, kwargs, "the tensor written in place would have to change placements;")
         moves.append((where, target))
-    return meta, out_pl, tuple(moves), written, mesh, coord
+    # The fast path, when nothing moves and nothing is written: the op on the locals, and
+    # the result built from what the plan already knows (see pointwise below).
+    fast = None
+    if not written and not kwargs and all(type(a) is not list and type(a) is not tuple for a in args) and all(
+        (spec(args[w])[1] == t) if type(args[w]) is ShardedTensor else all(type(p) is Replicate for p in t)
+        for w, t in moves
+    ):
+        fast = fast_plan(func, meta, mesh, out_pl, coord)
+    return meta, out_pl, tuple(moves), written, mesh, coord, fast
 
 
 _planned = planned(_plan, numbers_by_type=True)
@@ -161,8 +156,11 @@ _planned = planned(_plan, numbers_by_type=True)
 
 def pointwise(func, types, args, kwargs):
     """Run a pointwise op on the local shards (see the module docstring for the rule)."""
-    meta, out_pl, moves, written, mesh, coord = _planned(func, args, kwargs)
-    if written and GATHERED_VIEW in args[0].__dict__:
+    meta, out_pl, moves, written, mesh, coord, fast = _planned(func, args, kwargs)
+    if fast is not None:
+        op, ctx, kw = fast
+        return from_parts((op(*[a.local if type(a) is ShardedTensor else a for a in args]),), ctx, **kw)
+    if written and args[0]._gathered_view is not None:
         check_writable(func, args, kwargs, args[0])
     new_args = list(args)
     new_kwargs = dict(kwargs) if kwargs else kwargs
@@ -198,7 +196,7 @@ def fallback(func, types, args, kwargs):
     h = rule_for(func)
     if h is None:
         return raise_unsupported(func, types, args, kwargs)
-    ShardedTensor._kit_cache[func] = h
+    remember(ShardedTensor, func, h)
     return h(func, types, args, kwargs)
 
 

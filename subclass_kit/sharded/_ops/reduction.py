@@ -18,7 +18,7 @@ import torch
 
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
-from ._common import aten, global_meta, move, move_plain, planned, spec_of, wrap_out
+from ._common import aten, global_meta, move, move_plain, fast_plan, from_parts, planned, spec_of, wrap_out
 
 __all__ = ["reduce", "softmax_like"]
 
@@ -47,7 +47,10 @@ def _dims_keepdim(func, x, args, kwargs):
 @ShardedTensor.implements(*_KIND)
 def reduce(func, types, args, kwargs):
     """Reduce the local shard; a reduced shard dim becomes a Partial of the same kind."""
-    meta, target, out_pl, mean_of_shard, mesh, coord = _reduce_plan(func, args, kwargs)
+    meta, target, out_pl, mean_of_shard, mesh, coord, fast = _reduce_plan(func, args, kwargs)
+    if fast is not None:
+        op, ctx, kw = fast
+        return from_parts((op(args[0].local, *args[1:], **kwargs),), ctx, **kw)
     local = move(args[0], target)
     if mean_of_shard is not None:
         dims, keepdim, count = mean_of_shard
@@ -80,7 +83,11 @@ def _reduce_decide(func, args, kwargs):
         # mean over a sharded dim: the local sum divided by the global count (exact for
         # uneven shards), a Partial('sum') of the mean.
         mean_of_shard = (dims, keepdim, math.prod(x.shape[d] for d in dims))
-    return meta, tuple(target), tuple(out_pl), mean_of_shard, mesh, coord
+    target, out_pl = tuple(target), tuple(out_pl)
+    fast = None
+    if mean_of_shard is None and target == placements:
+        fast = fast_plan(func, meta, mesh, out_pl, coord)
+    return meta, target, out_pl, mean_of_shard, mesh, coord, fast
 
 
 _reduce_plan = planned(_reduce_decide)

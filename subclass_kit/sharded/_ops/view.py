@@ -17,11 +17,12 @@ Partial placements pass through every view unchanged (views are linear).
 
 from __future__ import annotations
 
+from ... import _compat
 from ... import _aliasing as aliasing
 from .._layout import local_shape
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
-from ._common import GATHERED_VIEW, TensorMeta, aten, global_meta, move, planned, spec_of, wrap_out
+from ._common import TensorMeta, aten, global_meta, move, fast_plan, from_parts, planned, spec_of, wrap_out
 
 __all__ = ["permute_like", "reshape_like", "expand", "along_dim", "diagonal"]
 
@@ -41,12 +42,35 @@ def _finish(func, args, kwargs, local, meta, pl, gathered: bool = False):
         out = type(local)(wrap_out(r, m, mesh, pl, coord) for r, m in zip(local, meta))
     else:
         out = wrap_out(local, meta, mesh, pl, coord)
-    base = args[0].__dict__.get(GATHERED_VIEW)
+    base = args[0]._gathered_view
     if gathered or base is not None:
-        # A write into it would not reach the base (see GATHERED_VIEW).
+        # A write into it would not reach the base (see check_writable).
         for o in (out if type(out) in (list, tuple) else (out,)):
-            o.__dict__[GATHERED_VIEW] = base or func
+            o._gathered_view = base or func
     return aliasing.correct_aliasing(func, args, kwargs, out)
+
+
+def _fast_view(fast, args):
+    """The common view, planned: no gather, one result aliasing its input ``args[0]``."""
+    op, ctx, kw = fast
+    x = args[0]
+    n = len(args)
+    local = op(x.local) if n == 1 else op(x.local, args[1]) if n == 2 else op(x.local, *args[1:])
+    out = from_parts((local,), ctx, **kw)
+    _alias(out, x)
+    return out
+
+
+_alias = _compat.functionalize_unsafe_set
+
+
+def _fast_of(func, args, kwargs, meta, pl):
+    # Views only (not _unsafe_view, which returns a new tensor): the fast path aliases.
+    p = aliasing.plan(func)
+    if kwargs or p is aliasing.FUNCTIONAL or not p.simple_view:
+        return None
+    mesh, _, coord = spec(args[0])
+    return fast_plan(func, meta, mesh, pl, coord)
 
 
 def _shift(pl, fn) -> tuple:
@@ -56,8 +80,11 @@ def _shift(pl, fn) -> tuple:
 @ShardedTensor.implements(aten.t.default, aten.transpose.int, aten.permute.default)
 def permute_like(func, types, args, kwargs):
     """The shard follows its dim through a permutation."""
-    meta, pl = _permute_plan(func, args, kwargs)
-    return _finish(func, args, kwargs, func(args[0].local, *args[1:], **kwargs), meta, pl)
+    meta, pl, fast = _permute_plan(func, args, kwargs)
+    x = args[0]
+    if fast is not None and x._gathered_view is None:
+        return _fast_view(fast, args)
+    return _finish(func, args, kwargs, func(x.local, *args[1:], **kwargs), meta, pl)
 
 
 def _permute_decide(func, args, kwargs):
@@ -70,7 +97,9 @@ def _permute_decide(func, args, kwargs):
         if nd == 2 or func is aten.transpose.int:
             d0, d1 = (0, 1) if func is aten.t.default else (args[1] % nd, args[2] % nd)
             perm[d0], perm[d1] = perm[d1], perm[d0]
-    return global_meta(func, args, kwargs), _shift(spec(x)[1], perm.index)
+    meta = global_meta(func, args, kwargs)
+    pl = _shift(spec(x)[1], perm.index)
+    return meta, pl, _fast_of(func, args, kwargs, meta, pl)
 
 
 _permute_plan = planned(_permute_decide)
@@ -114,8 +143,14 @@ def _view_target(in_shape, out_shape, d):
 @ShardedTensor.implements(aten.view.default, aten._unsafe_view.default)
 def reshape_like(func, types, args, kwargs):
     """A shard survives a view when its dim keeps its size and element offset."""
-    meta, target, size, pl = _reshape_plan(func, args, kwargs)
-    local = move(args[0], target)
+    meta, target, size, pl, fast = _reshape_plan(func, args, kwargs)
+    x = args[0]
+    if fast is not None and x._gathered_view is None:
+        try:
+            return _fast_view(fast, (x, size))
+        except RuntimeError:
+            pass  # the shard's strides do not allow the view: the general path copies
+    local = move(x, target)
     copied = local is not args[0].local
     try:
         res = func(local, size)
@@ -145,7 +180,10 @@ def _reshape_decide(func, args, kwargs):
     size = list(meta.shape)
     for d, e in moves.items():
         size[e] = local[d]
-    return meta, target, size, _shift(target, moves.__getitem__)
+    pl = _shift(target, moves.__getitem__)
+    # Fast only when nothing is gathered (the local is viewed as it is).
+    fast = _fast_of(func, args, kwargs, meta, pl) if target == cur else None
+    return meta, target, size, pl, fast
 
 
 _reshape_plan = planned(_reshape_decide)
