@@ -9,7 +9,7 @@ constructors touch the instance dict for it.
 
 from __future__ import annotations
 
-__all__ = ["install", "of", "put", "share"]
+__all__ = ["install", "of", "put", "check", "share"]
 
 
 def install(cls, spec) -> None:
@@ -44,7 +44,25 @@ def of(x) -> dict | None:
 
 def put(x, values: dict) -> None:
     """Set declared state on a freshly built ``x`` (trusted paths; names are checked)."""
-    cls = type(x)
+    check(type(x), values)
+    # Straight into the instance dict: a fresh instance, and state is never a field.
+    x.__dict__.update(values)
+
+
+def check(cls, values: dict) -> None:
+    """Raise TypeError naming any of ``values``' names ``cls`` declares no state for.
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit import WrapperTensor, inner, state
+        >>> class Tagged(WrapperTensor):
+        ...     payload: torch.Tensor = inner()
+        ...     _tag: str = state(default="")
+        >>> check(Tagged, {"_tag": "x"})
+        >>> check(Tagged, {"_typo": 1})
+        Traceback (most recent call last):
+        TypeError: Tagged has no state named ['_typo'] (declared state: ['_tag']). Declare it in the class body, e.g. `_name: object = state()`.
+    """
     if not values.keys() <= cls._kit_state_names:
         unknown = values.keys() - cls._kit_state_names
         declared = sorted(cls._kit_state_names) or "none"
@@ -52,8 +70,6 @@ def put(x, values: dict) -> None:
             f"{cls.__qualname__} has no state named {sorted(unknown)} (declared state: "
             f"{declared}). Declare it in the class body, e.g. `_name: object = state()`."
         )
-    # Straight into the instance dict: a fresh instance, and state is never a field.
-    x.__dict__.update(values)
 
 
 def share(out, x) -> None:

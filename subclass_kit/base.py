@@ -366,6 +366,54 @@ class WrapperTensor(torch.Tensor):
             instance_state.put(out, state)
         return out
 
+    @classmethod
+    def parts_builder(cls, ctx, /, *, size, stride, offset=0, **state):
+        """``make(*inners)``: ``from_parts(inners, ctx, size=, stride=, offset=, **state)`` with
+        everything but the inner tensors fixed now.
+
+        For a handler that caches its result's metadata (a plan per argument signature):
+        each call then only builds the instance, with no argument parsing or checks. The
+        device is the primary inner tensor's, as in ``from_parts``.
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.examples import TwoTensor
+            >>> x = TwoTensor(torch.ones(2, 3), torch.zeros(2, 3))
+            >>> make = TwoTensor.parts_builder(x.__tensor_flatten__()[1], size=(3, 2), stride=(2, 1))
+            >>> y = make(torch.ones(3, 2), torch.ones(3, 2))
+            >>> type(y).__name__, tuple(y.shape), y.b.sum().item()
+            ('TwoTensor', (3, 2), 6.0)
+        """
+        size = tuple(size)
+        stride = tuple(stride)
+        if state:
+            instance_state.check(cls, state)
+        from_parts_ = cls.from_parts
+
+        def general(*inners):
+            return from_parts_(inners, ctx, size=size, stride=stride, offset=offset, **state)
+
+        names = cls._kit_inner_names
+        if offset.__class__ is not int or offset != 0 or len(names) != 1:
+            return general
+        # One inner tensor at offset 0 (what most handlers' results are): the fast branch of
+        # from_parts with its arguments bound, so a call is one _make_wrapper_subclass and
+        # the dict entries. Under a torch-function mode the general path runs (see from_parts).
+        name = names[0]
+        dtype = ctx.dtype
+        fixed = {"_kit_ctx": ctx, **state}
+
+        def make(inner):
+            if _tf_mode_on():
+                return general(inner)
+            out = _make(cls, size, stride, None, None, dtype, _STRIDED, inner.device)
+            d = out.__dict__
+            d[name] = inner
+            d.update(fixed)
+            return out
+
+        return make
+
     #: ``correct_aliasing(func, args, kwargs, out)``: what a handler of ``func`` returns for
     #: ``out`` so that aliasing follows the op's schema (a view shares its input's wrapper-level
     #: storage; an in-place or ``out=`` op returns the argument it wrote). See ``aliasing.py``.

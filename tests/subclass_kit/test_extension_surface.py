@@ -99,3 +99,18 @@ def test_op_handler_classifies_ops_and_rewrap_aliases():
     assert type(v) is Plainly and v.untyped_storage()._cdata == x.untyped_storage()._cdata
     assert x.add_(1) is x and x.payload[0, 0].item() == 1.0  # in-place returns the written wrapper
     assert type(x.t()) is Plainly and x.t()._base is x
+
+
+def test_parts_builder_builds_what_from_parts_builds():
+    q = torch.arange(6.0).reshape(2, 3)
+    ctx = Counted(q, scale=2.0).__tensor_flatten__()[1]
+    make = Counted.parts_builder(ctx, size=(3, 2), stride=(2, 1), _reads=4)
+    t, u = make(q), Counted.from_parts((q,), ctx, size=(3, 2), stride=(2, 1), offset=0, _reads=4)
+    for x in (t, u):
+        assert type(x) is Counted and x.payload is q and x.scale == 2.0 and x._reads == 4 and x._log is None
+    assert (tuple(t.shape), t.stride(), t.storage_offset()) == (tuple(u.shape), u.stride(), u.storage_offset())
+    assert t.__tensor_flatten__()[1] == u.__tensor_flatten__()[1]
+    shifted = Counted.parts_builder(ctx, size=(2,), stride=(1,), offset=1)(q)  # the general path
+    assert tuple(shifted.shape) == (2,) and shifted.storage_offset() == 1
+    with pytest.raises(TypeError, match="Counted has no state named \\['_typo'\\]"):
+        Counted.parts_builder(ctx, size=(3, 2), stride=(2, 1), _typo=1)

@@ -21,7 +21,7 @@ from ..tensor import ShardedTensor, describe, out_spec, spec, wrap
 
 __all__ = [
     "TensorMeta", "spec_of", "global_meta", "planned", "move", "move_plain", "wrap_out",
-    "aligned", "unsupported", "aten", "check_writable", "fast_plan", "from_parts",
+    "aligned", "unsupported", "aten", "check_writable", "fast_plan", "on_locals",
 ]
 
 aten = torch.ops.aten
@@ -279,21 +279,47 @@ def wrap_out(local, meta: TensorMeta, mesh, placements, coord) -> ShardedTensor:
 
 
 def fast_plan(func, meta, mesh, placements, coord):
-    """``(op, ctx, kw)`` for a plan's fast path, or None (several results, symbolic sizes).
+    """``(op, make)`` for a plan's fast path, or None (several results, symbolic sizes).
 
-    The fast path of a handler is then ``from_parts((op(*locals),), ctx, **kw)``: ``op`` is
-    ``func``'s C++ callable, ``ctx`` and ``kw`` (size, stride, offset, signature) the
-    result's, all computed once per cached plan, so a hit costs the key's dict lookup.
+    The fast path of a handler is then ``make(op(*locals))``: ``op`` is ``func``'s C++
+    callable, ``make`` builds the result from its local with the ctx, size, stride, offset
+    and signature computed once per cached plan (``ShardedTensor.parts_builder``), so a hit
+    costs the key's dict lookup, the op and one wrapper construction.
     """
     if type(meta) is TensorMeta:
         o = out_spec(mesh, placements, coord, meta.shape, meta.stride, meta.dtype, meta.offset)
         if o.sig is not None:
-            return _compat.fast_op(func), o.ctx, o.kw
+            make = ShardedTensor.parts_builder(o.ctx, size=o.shape, stride=o.stride, offset=o.offset, _sig=o.sig)
+            return _compat.fast_op(func), make
     return None
 
 
-#: ``ShardedTensor.from_parts``: the trusted rebuild the fast paths end in.
-from_parts = ShardedTensor.from_parts
+def on_locals(op, make, args):
+    """``run(args)``: ``make(op(*args))`` with every ShardedTensor replaced by its local.
+
+    Specialized once per plan for where ``args`` holds ShardedTensors: a plan's key pins
+    that (a ShardedTensor enters it as its signature, anything else as a type or a tuple).
+    """
+    where = tuple([type(a) is ShardedTensor for a in args])
+    if where == (True,):
+        def run(args):
+            return make(op(args[0].local))
+    elif where == (True, True):
+        def run(args):
+            a, b = args
+            return make(op(a.local, b.local))
+    elif where == (True, False):
+        def run(args):
+            a, b = args
+            return make(op(a.local, b))
+    elif where == (False, True):
+        def run(args):
+            a, b = args
+            return make(op(a, b.local))
+    else:
+        def run(args):
+            return make(op(*[a.local if type(a) is ShardedTensor else a for a in args]))
+    return run
 
 
 def aligned(x_shape, out_shape, out_pl: tuple) -> tuple:

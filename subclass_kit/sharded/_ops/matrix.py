@@ -29,7 +29,7 @@ import math
 from ..placements import Partial, Replicate, Shard
 from .._redistribute import cost
 from ..tensor import ShardedTensor, spec
-from ._common import aligned, aten, global_meta, move, move_plain, fast_plan, from_parts, planned, spec_of, wrap_out
+from ._common import aligned, aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
 
 __all__ = ["mm", "addmm", "bmm", "strategy"]
 
@@ -120,7 +120,9 @@ def _plan(func, args, kwargs):
     fast = None
     if tbias is None and not kwargs and _stays(args[a_idx], ta) and _stays(args[a_idx + 1], tb):
         fast = fast_plan(func, meta, mesh, out_pl, coord)
-    return ta, tb, tbias, out_pl, meta, mesh, coord, fast
+        if fast is not None:
+            fast = on_locals(*fast, args)
+    return fast, ta, tb, tbias, out_pl, meta, mesh, coord
 
 
 def _stays(x, target) -> bool:
@@ -134,12 +136,10 @@ _planned = planned(_plan)
 
 
 def _product(func, args, kwargs):
-    ta, tb, tbias, out_pl, meta, mesh, coord, fast = _planned(func, args, kwargs)
-    if fast is not None:
-        op, ctx, kw = fast
-        a, b = args
-        return from_parts((op(a.local if type(a) is ShardedTensor else a, b.local if type(b) is ShardedTensor else b),),
-                          ctx, **kw)
+    plan = _planned(func, args, kwargs)
+    if plan[0] is not None:
+        return plan[0](args)
+    _, ta, tb, tbias, out_pl, meta, mesh, coord = plan
     a_idx = _SHAPES[func][1]
     new = list(args)
     new[a_idx] = _operand(args[a_idx], mesh, coord, ta)

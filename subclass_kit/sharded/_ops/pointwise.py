@@ -23,7 +23,7 @@ from ..._dispatch import raise_unsupported, remember
 from ... import _compat
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
-from ._common import TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, fast_plan, from_parts, planned, spec_of, unsupported, wrap_out
+from ._common import TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, unsupported, wrap_out
 
 __all__ = ["pointwise", "rule_for"]
 
@@ -148,7 +148,9 @@ def _plan(func, args, kwargs):
         for w, t in moves
     ):
         fast = fast_plan(func, meta, mesh, out_pl, coord)
-    return meta, out_pl, tuple(moves), written, mesh, coord, fast
+        if fast is not None:
+            fast = on_locals(*fast, args)
+    return fast, meta, out_pl, tuple(moves), written, mesh, coord
 
 
 _planned = planned(_plan, numbers_by_type=True)
@@ -156,10 +158,10 @@ _planned = planned(_plan, numbers_by_type=True)
 
 def pointwise(func, types, args, kwargs):
     """Run a pointwise op on the local shards (see the module docstring for the rule)."""
-    meta, out_pl, moves, written, mesh, coord, fast = _planned(func, args, kwargs)
-    if fast is not None:
-        op, ctx, kw = fast
-        return from_parts((op(*[a.local if type(a) is ShardedTensor else a for a in args]),), ctx, **kw)
+    plan = _planned(func, args, kwargs)
+    if plan[0] is not None:
+        return plan[0](args)
+    _, meta, out_pl, moves, written, mesh, coord = plan
     if written and args[0]._gathered_view is not None:
         check_writable(func, args, kwargs, args[0])
     new_args = list(args)

@@ -18,7 +18,7 @@ import torch
 
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
-from ._common import aten, global_meta, move, move_plain, fast_plan, from_parts, planned, spec_of, wrap_out
+from ._common import aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
 
 __all__ = ["reduce", "softmax_like"]
 
@@ -47,10 +47,11 @@ def _dims_keepdim(func, x, args, kwargs):
 @ShardedTensor.implements(*_KIND)
 def reduce(func, types, args, kwargs):
     """Reduce the local shard; a reduced shard dim becomes a Partial of the same kind."""
-    meta, target, out_pl, mean_of_shard, mesh, coord, fast = _reduce_plan(func, args, kwargs)
+    plan = _reduce_plan(func, args, kwargs)
+    fast = plan[0]
     if fast is not None:
-        op, ctx, kw = fast
-        return from_parts((op(args[0].local, *args[1:], **kwargs),), ctx, **kw)
+        return fast(args) if not kwargs else fast(args, kwargs)
+    _, meta, target, out_pl, mean_of_shard, mesh, coord = plan
     local = move(args[0], target)
     if mean_of_shard is not None:
         dims, keepdim, count = mean_of_shard
@@ -87,7 +88,18 @@ def _reduce_decide(func, args, kwargs):
     fast = None
     if mean_of_shard is None and target == placements:
         fast = fast_plan(func, meta, mesh, out_pl, coord)
-    return meta, target, out_pl, mean_of_shard, mesh, coord, fast
+        if fast is not None:
+            # The key pins the keyword arguments' names (and values), so whether a hit
+            # passes them is the plan's to decide.
+            fast = on_locals(*fast, args) if not kwargs else _with_kwargs(*fast)
+    return fast, meta, target, out_pl, mean_of_shard, mesh, coord
+
+
+def _with_kwargs(op, make):
+    def run(args, kwargs):
+        return make(op(args[0].local, *args[1:], **kwargs))
+
+    return run
 
 
 _reduce_plan = planned(_reduce_decide)

@@ -22,7 +22,7 @@ from ... import _aliasing as aliasing
 from .._layout import local_shape
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, spec
-from ._common import TensorMeta, aten, global_meta, move, fast_plan, from_parts, planned, spec_of, wrap_out
+from ._common import TensorMeta, aten, global_meta, move, fast_plan, planned, spec_of, wrap_out
 
 __all__ = ["permute_like", "reshape_like", "expand", "along_dim", "diagonal"]
 
@@ -52,11 +52,10 @@ def _finish(func, args, kwargs, local, meta, pl, gathered: bool = False):
 
 def _fast_view(fast, args):
     """The common view, planned: no gather, one result aliasing its input ``args[0]``."""
-    op, ctx, kw = fast
+    op, make = fast
     x = args[0]
     n = len(args)
-    local = op(x.local) if n == 1 else op(x.local, args[1]) if n == 2 else op(x.local, *args[1:])
-    out = from_parts((local,), ctx, **kw)
+    out = make(op(x.local) if n == 1 else op(x.local, args[1]) if n == 2 else op(x.local, *args[1:]))
     _alias(out, x)
     return out
 
