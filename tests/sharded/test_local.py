@@ -243,3 +243,19 @@ def test_bad_input_names_the_op_the_placements_and_the_fix():
         with pytest.raises(PlacementError) as e:
             fn()
         assert what in str(e.value) and "exactly one placement per mesh dimension" in str(e.value)
+
+
+@pytest.mark.parametrize("pl", [Shard(0), Replicate()], ids=repr)
+def test_detach_and_alias_keep_the_metadata_offset_and_state(pl):
+    x = distribute(torch.arange(24.0).reshape(6, 4), LOCAL, [pl])
+    for v in (x, x[2:5], x.t()):
+        for op in (torch.ops.aten.detach.default, torch.ops.aten.alias.default):
+            for _ in range(2):  # the planned path's miss and its hit
+                d = op(v)
+                assert type(d) is ShardedTensor and d.placements == v.placements
+                assert (tuple(d.shape), d.stride(), d.storage_offset()) == (tuple(v.shape), v.stride(), v.storage_offset())
+                assert d.untyped_storage()._cdata == v.untyped_storage()._cdata
+                assert torch.equal(d.full_tensor(), v.full_tensor()) and d._gathered_view is None
+    g = x.t()
+    g._gathered_view = torch.ops.aten.slice.Tensor  # as a view that gathered its shard is marked
+    assert g.detach()._gathered_view is torch.ops.aten.slice.Tensor

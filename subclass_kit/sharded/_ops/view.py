@@ -19,12 +19,13 @@ from __future__ import annotations
 
 from ... import _compat
 from ... import _aliasing as aliasing
+from ..._defaults import builtin_handler
 from .._layout import local_shape
 from ..placements import Partial, Replicate, Shard
-from ..tensor import ShardedTensor, spec
+from ..tensor import ShardedTensor, sig_of, spec
 from ._common import TensorMeta, aten, global_meta, move, fast_plan, planned, spec_of, wrap_out
 
-__all__ = ["permute_like", "reshape_like", "expand", "along_dim", "diagonal"]
+__all__ = ["detach", "permute_like", "reshape_like", "expand", "along_dim", "diagonal"]
 
 
 def _release(x, dims) -> tuple:
@@ -70,6 +71,41 @@ def _fast_of(func, args, kwargs, meta, pl):
         return None
     mesh, _, coord = spec(args[0])
     return fast_plan(func, meta, mesh, pl, coord)
+
+
+@ShardedTensor.implements(aten.detach.default, aten.alias.default)
+def detach(func, types, args, kwargs):
+    """The same global tensor over an alias of the local (autograd detaches every saved
+    tensor, so this is among the most frequent ops)."""
+    x = args[0]
+    # Planned per signature: the result's metadata is the input's. Outer offset 0 only (the
+    # signature does not hold it) and no gathered view (whose marker the result shares).
+    if not kwargs and x._gathered_view is None and x.storage_offset() == 0:
+        run = _alias_plan(func, args, kwargs)
+        if run is not None:
+            return run(x)
+    return _builtin_alias(func, types, args, kwargs)
+
+
+def _alias_decide(func, args, kwargs):
+    x = args[0]
+    ctx, shape, stride = x._kit_ctx, tuple(x.shape), x.stride()
+    sig = sig_of(ctx, shape, stride)
+    if sig is None:
+        return None
+    make = ShardedTensor.parts_builder(ctx, size=shape, stride=stride, _sig=sig)
+    op = _compat.fast_op(func)
+
+    def run(x):
+        out = make(op(x.local))
+        _alias(out, x)
+        return out
+
+    return run
+
+
+_alias_plan = planned(_alias_decide)
+_builtin_alias = builtin_handler(ShardedTensor, aten.detach.default)  # detach's and alias's
 
 
 def _shift(pl, fn) -> tuple:
