@@ -259,3 +259,20 @@ def test_detach_and_alias_keep_the_metadata_offset_and_state(pl):
     g = x.t()
     g._gathered_view = torch.ops.aten.slice.Tensor  # as a view that gathered its shard is marked
     assert g.detach()._gathered_view is torch.ops.aten.slice.Tensor
+
+
+@pytest.mark.parametrize("numbers_by_type", [True, False])
+def test_a_plan_hit_finds_the_entry_the_general_key_names(numbers_by_type):
+    from subclass_kit.sharded._ops import _common
+
+    x = distribute(torch.ones(4, 2), LOCAL, [Shard(0)])
+    y = distribute(torch.ones(4, 2), LOCAL, [Replicate()])
+    built = []
+    plan = _common.planned(lambda func, args, kwargs: built.append(args) or object(), numbers_by_type=numbers_by_type)
+    op = f"no op: a key of its own ({numbers_by_type})"  # plans are shared by every rule, per op
+    cases = [(x,), (x, y), (y, x), (x, 2), (x, 2.5), (x, True), (x, [8]), (x, [2, -1]), (x, [True]), (x, torch.ones(2))]
+    for args in cases:
+        first = plan(op, args, {})
+        assert plan(op, args, {}) is first  # the second call is a hit
+        assert _common._PLANS.pop(_common._key(op, args, {}, numbers_by_type)) is first
+    assert len(built) == len(cases)

@@ -126,6 +126,30 @@ def planned(build, *, numbers_by_type: bool = False):
     pointwise ops, whose decisions never depend on a scalar's value)."""
 
     def plan(func, args, kwargs):
+        # The commonest hit (one or two ShardedTensors with signature numbers, or one and a
+        # number or a size list; no keyword arguments) looks up the key _key builds, without
+        # its loop.
+        n = len(args)
+        if 0 < n <= 2 and not kwargs and type(args[0]) is ShardedTensor:
+            key = s = args[0]._sig
+            if s is not None:
+                if n == 1:
+                    key = (func, s)
+                else:
+                    b = args[1]
+                    t = type(b)
+                    if t is ShardedTensor:
+                        key = None if b._sig is None else (func, s, b._sig)
+                    elif numbers_by_type and (t is float or t is int or t is bool):
+                        key = (func, s, t)
+                    elif t is list and all([type(v) is int for v in b]):
+                        key = (func, s, ("ints", *b))
+                    else:
+                        key = None
+            if key is not None:
+                hit = _PLANS.get(key)
+                if hit is not None:
+                    return hit
         try:
             key = _key(func, args, kwargs, numbers_by_type)
             hit = _PLANS.get(key)
