@@ -228,18 +228,19 @@ def _ctx_fast(mesh, placements, coord, dtype) -> SubclassCtx:
 
 
 # The instance's metadata signature for the op caches (see ops._common): one int per
-# (ctx, global shape, global stride), so a cache key is a tuple of small ints. Numbers are
+# (ctx, global shape, global stride, global storage offset), so a cache key is a tuple of small ints. Numbers are
 # never reused (the table may be cleared; instances keep the numbers they were given).
 _SIGS: dict = {}
 _next_sig = itertools.count(1).__next__
 
 
-def sig_of(ctx: SubclassCtx, shape: tuple, stride: tuple):
-    """The signature number of ``(ctx, shape, stride)``; None under symbolic sizes.
+def sig_of(ctx: SubclassCtx, shape: tuple, stride: tuple, offset=0):
+    """The signature number of ``(ctx, shape, stride, offset)``; None under symbolic sizes.
 
-    ``ctx`` is interned (held by ``_CTXS`` for the process's life), so its id names it.
+    ``ctx`` is interned (held by ``_CTXS`` for the process's life), so its id names it. The
+    offset is part of it: a view of a view starts where its base does (``x[2:5][1:2]``).
     """
-    key = (id(ctx), shape, stride)
+    key = (id(ctx), shape, stride, offset)
     try:
         s = _SIGS.get(key)
     except TypeError:  # SymInts are not hashable: such instances are never cached
@@ -267,7 +268,7 @@ def out_spec(mesh, placements, coord, shape, stride, dtype, offset=0) -> Out:
     shape = shape if type(shape) is tuple else tuple(shape)
     stride = stride if type(stride) is tuple else tuple(stride)
     ctx = _ctx_fast(mesh, placements, coord, dtype)
-    sig = sig_of(ctx, shape, stride)
+    sig = sig_of(ctx, shape, stride, offset)
     return Out(ctx, shape, stride, offset, sig, {"size": shape, "stride": stride, "offset": offset, "_sig": sig})
 
 

@@ -309,8 +309,8 @@ def _significant(t) -> tuple:
 
 def strides_property(max_examples: int) -> dict:
     """Hypothesis draws a dense tensor (sizes 1..5, 1-3 dims), a placement and a chain of
-    up to 3 ops after each op of the table; after every op the ShardedTensor's shape and
-    (significant) strides equal the dense result's, and its value does. Every rank draws
+    up to 3 ops after each op of the table; after every op the ShardedTensor's shape,
+    (significant) strides and storage offset equal the dense result's, and its value does. Every rank draws
     the same examples (derandomized, no shrinking), so the collectives stay in step."""
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import strategies as st
@@ -345,6 +345,8 @@ def strides_property(max_examples: int) -> dict:
                 nx = table[name](x)
                 assert tuple(nx.shape) == tuple(nd.shape), (case, name, nx.shape, nd.shape)
                 assert _significant(nx) == _significant(nd), (case, name, nx.stride(), nd.stride())
+                # A view of a view starts where the dense one does (x[2:5][1:2]).
+                assert nx.storage_offset() == nd.storage_offset(), (case, name, nx.storage_offset(), nd.storage_offset())
                 close(nx.full_tensor(), nd, msg=f"{case} {name}")
                 ran[name] += 1
                 d, x = nd, nx
@@ -464,3 +466,25 @@ def async_redistribute() -> dict:
     close(f(distribute(D, mesh, [Shard(0)])), D * 2)
     out["compiled frames"] = cnt.frame_count
     return out
+
+
+# ---- a reduced dim smaller than the mesh ---------------------------------------------------
+def reductions_of_empty_shards() -> dict:
+    """max/min reductions over a dim of size 1 on 2 ranks: one rank's shard is empty. Its
+    local result is the reduction's identity, so every rank reaches the all-reduce and the
+    result equals dense (torch's own amax on the empty shard raises, and the other rank
+    would wait in the all-reduce until the timeout)."""
+    mesh = _mesh()
+    got = {}
+    for dtype in (torch.float32, torch.int64, torch.bool):
+        d = (torch.arange(6).reshape(1, 6) % 4).to(dtype)
+        x = distribute(d, mesh, [Shard(0)])
+        got[f"local numel {dtype}"] = x.to_local().numel()
+        for name, f in (("amax", lambda t: t.amax(0)), ("amin", lambda t: t.amin(0)),
+                        ("max", torch.max), ("min", torch.min), ("amax keepdim", lambda t: t.amax(0, keepdim=True))):
+            if dtype == torch.bool and name.startswith("am"):
+                continue  # torch has no amax/amin for bool
+            out = f(x)
+            assert torch.equal(out.full_tensor(), f(d)), (name, dtype)
+            got[f"{name} {dtype}"] = str(out.placements)
+    return got

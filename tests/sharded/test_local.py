@@ -90,6 +90,19 @@ def test_unsupported_op_names_class_overload_and_implements():
     assert isinstance(UnsupportedOpError("x"), NotImplementedError)
 
 
+@pytest.mark.parametrize("pl", [Replicate(), Shard(0), Shard(1)], ids=str)
+def test_views_of_views_keep_the_dense_storage_offset(pl):
+    # The per-op plans are cached by metadata signature: it must hold the storage offset,
+    # or x[2:5][1:2] reuses the plan of x[0:3][1:2] and starts at the wrong element.
+    d = torch.arange(40.0).reshape(10, 4)
+    x = distribute(d, LOCAL, [pl])
+    for f in (lambda t: t[2:5][1:2], lambda t: t[0:3][1:2], lambda t: t[:, 1:3][3:5],
+              lambda t: t[1:][1:][1:], lambda t: t[2:].view(-1)[3:], lambda t: t[1:].detach()):
+        got, want = f(x), f(d)
+        assert (got.storage_offset(), got.stride(), got.shape) == (want.storage_offset(), want.stride(), want.shape)
+        assert torch.equal(got.full_tensor(), want)
+
+
 def test_parallelize_bad_plans():
     mlp = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 4))
     assert_expected_inline(_msg(ParallelizeError, lambda: parallelize(mlp, LOCAL, {"3": ColwiseParallel()})), """\

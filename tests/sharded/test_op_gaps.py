@@ -64,6 +64,13 @@ def test_every_op_family_keeps_dense_strides():
     assert all(n > 0 for n in results[0].values()), results[0]
 
 
+def test_max_and_min_over_a_dim_smaller_than_the_mesh_match_dense_without_hanging():
+    results = world(2).run(_gap_tasks.reductions_of_empty_shards, timeout=TIMEOUT)
+    assert results[0]["local numel torch.float32"] + results[1]["local numel torch.float32"] == 6
+    assert 0 in (results[0]["local numel torch.float32"], results[1]["local numel torch.float32"])
+    assert results[0]["amax torch.float32"] == "(Partial('max'),)"
+
+
 @pytest.mark.slow
 def test_backward_through_views_inductor():
     results = world(2).run(_gap_tasks.backward_through_views, "inductor", ("Shard(1)",), timeout=TIMEOUT * 2)

@@ -79,9 +79,9 @@ def _sig(a, numbers_by_type: bool):
     t = type(a)
     if t is ShardedTensor:
         s = a._sig
-        return (a._kit_ctx, a.shape, a.stride()) if s is None else s
+        return (a._kit_ctx, a.shape, a.stride(), a.storage_offset()) if s is None else s
     if isinstance(a, torch.Tensor):
-        return (t, a.shape, a.stride(), a.dtype, a.device)
+        return (t, a.shape, a.stride(), a.storage_offset(), a.dtype, a.device)
     if t in _SEQ:
         if all([type(b) is int for b in a]):
             return ("ints", *a)  # a size list (view, expand, sum's dims): as it is
@@ -165,7 +165,13 @@ def planned(build, *, numbers_by_type: bool = False):
 
 def _fake(a, mode):
     if isinstance(a, torch.Tensor):
-        return torch.empty_strided(tuple(a.shape), a.stride(), dtype=a.dtype, device=a.device)
+        shape, stride, offset = tuple(a.shape), a.stride(), a.storage_offset()
+        t = torch.empty_strided(shape, stride, dtype=a.dtype, device=a.device)
+        if offset.__class__ is int and offset == 0:
+            return t
+        # A view's result starts where its base starts: the fake starts there too.
+        extent = 1 + sum([(n - 1) * s for n, s in zip(shape, stride)]) if all([n != 0 for n in shape]) else 0
+        return torch.empty(offset + extent, dtype=a.dtype, device=a.device).as_strided(shape, stride, offset)
     if type(a) in _SEQ:
         return type(a)(_fake(b, mode) for b in a)
     return a
@@ -235,9 +241,11 @@ def _sym_sig(a, env: list):
         return ("sym", a.node.expr)
     t = type(a)
     if t is ShardedTensor:
-        return (a._kit_ctx, _sym_sig(tuple(a.shape), env), _sym_sig(a.stride(), env))
+        return (a._kit_ctx, _sym_sig(tuple(a.shape), env), _sym_sig(a.stride(), env),
+                _sym_sig(a.storage_offset(), env))
     if isinstance(a, torch.Tensor):
-        return (t, _sym_sig(tuple(a.shape), env), _sym_sig(a.stride(), env), a.dtype, a.device)
+        return (t, _sym_sig(tuple(a.shape), env), _sym_sig(a.stride(), env),
+                _sym_sig(a.storage_offset(), env), a.dtype, a.device)
     if t in _SEQ:
         return tuple([_sym_sig(b, env) for b in a])
     return (t, a)

@@ -51,9 +51,16 @@ def reduce(func, types, args, kwargs):
     fast = plan[0]
     if fast is not None:
         return fast(args) if not kwargs else fast(args, kwargs)
-    _, meta, target, out_pl, mean_of_shard, mesh, coord = plan
+    _, meta, target, out_pl, mean_of_shard, mesh, coord, identity = plan
     local = move(args[0], target)
-    if mean_of_shard is not None:
+    if identity is not None and local.numel() == 0:
+        # This rank's shard of a reduced dim is empty (a dim smaller than the mesh): the
+        # local max/min is the identity of the reduction, not torch's "non-zero size" error
+        # (which would leave the other ranks waiting in the all-reduce).
+        dims, keepdim = _dims_keepdim(func, local, args, kwargs)
+        shape = [1 if d in dims else n for d, n in enumerate(local.shape) if keepdim or d not in dims]
+        res = torch.full(shape, identity, dtype=local.dtype, device=local.device)
+    elif mean_of_shard is not None:
         dims, keepdim, count = mean_of_shard
         res = aten.sum.dim_IntList(local, dims, keepdim, dtype=kwargs.get("dtype")) / count
     else:
@@ -85,14 +92,23 @@ def _reduce_decide(func, args, kwargs):
         # uneven shards), a Partial('sum') of the mean.
         mean_of_shard = (dims, keepdim, math.prod(x.shape[d] for d in dims))
     target, out_pl = tuple(target), tuple(out_pl)
+    identity = None
+    if kind != "sum" and any(type(p) is Shard and p.dim in dims for p in target):
+        dt = meta.dtype
+        if dt == torch.bool:
+            identity = kind == "min"
+        elif dt.is_floating_point:
+            identity = -math.inf if kind == "max" else math.inf
+        elif not dt.is_complex:
+            identity = torch.iinfo(dt).min if kind == "max" else torch.iinfo(dt).max
     fast = None
-    if mean_of_shard is None and target == placements:
+    if mean_of_shard is None and target == placements and (identity is None or x.local.numel()):
         fast = fast_plan(func, meta, mesh, out_pl, coord)
         if fast is not None:
             # The key pins the keyword arguments' names (and values), so whether a hit
             # passes them is the plan's to decide.
             fast = on_locals(*fast, args) if not kwargs else _with_kwargs(*fast)
-    return fast, meta, target, out_pl, mean_of_shard, mesh, coord
+    return fast, meta, target, out_pl, mean_of_shard, mesh, coord, identity
 
 
 def _with_kwargs(op, make):
