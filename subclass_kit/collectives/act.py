@@ -8,6 +8,7 @@ import torch
 
 from .. import WrapperTensor, inner, state
 from .. import _compat
+from ..fallbacks import rewrap as _rewrap
 from .errors import CollectiveError
 
 __all__ = ["AsyncCollectiveTensor", "Pending"]
@@ -112,7 +113,7 @@ class AsyncCollectiveTensor(WrapperTensor):
 
     @classmethod
     def __op_handler__(cls, func):  # no op maps over elem: a view stays pending, others wait
-        return partial(_view if _compat.is_pure_view(func) else _data_use, _compat.fast_op(func))
+        return _viewer(_compat.fast_op(func)) if _compat.is_pure_view(func) else partial(_data_use, _compat.fast_op(func))
 
 
 def _plain(a, wait=True):  # the buffer of an ACT (waited unless wait=False); lists element-wise
@@ -131,16 +132,18 @@ def _data_use(op, func, types, args, kwargs):  # in-place/out= ops return the wr
     return WrapperTensor.correct_aliasing(func, args, kwargs, out)
 
 
-def _view(op, func, types, args, kwargs):  # op: _compat.fast_op(func)
-    a = args[0]
-    if type(a) is AsyncCollectiveTensor and not kwargs:  # the common shape, on every view: shortest
-        out = op(a.elem, args[1]) if len(args) == 2 else op(a.elem, *args[1:])  # no slice for view(t, size)
-    else:
-        a = next(x for x in (*args, *kwargs.values()) if type(x) is AsyncCollectiveTensor)
-        out = op(*[_plain(x, False) for x in args], **{k: _plain(v, False) for k, v in kwargs.items()})
-    if a._pending is None and type(a.elem) is _FT:
-        return out  # in a functionalized trace the input was waited at the top: views are plain
-    return a.rewrap(func, args, kwargs, out)
+def _viewer(op):  # op: _compat.fast_op(func); a closure, not a partial: this runs on every view
+    def view(func, types, args, kwargs):
+        a = args[0]
+        if type(a) is AsyncCollectiveTensor and not kwargs:  # the common shape, on every view: shortest
+            out = op(a.elem, args[1]) if len(args) == 2 else op(a.elem, *args[1:])  # no slice for view(t, size)
+        else:
+            a = next(x for x in (*args, *kwargs.values()) if type(x) is AsyncCollectiveTensor)
+            out = op(*[_plain(x, False) for x in args], **{k: _plain(v, False) for k, v in kwargs.items()})
+        if a._pending is None and type(a.elem) is _FT:
+            return out  # in a functionalized trace the input was waited at the top: views are plain
+        return _rewrap(a, func, args, kwargs, out)
+    return view
 
 
 @AsyncCollectiveTensor.implements(_wait_op)
