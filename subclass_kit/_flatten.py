@@ -21,7 +21,7 @@ import torch
 
 from . import _compat
 from ._construct import contiguous_strides, from_parts
-from .ctx import SubclassCtx
+from .ctx import _PRESENT, SubclassCtx
 
 _SymInt = torch.SymInt
 
@@ -37,9 +37,10 @@ __all__ = [
 ]
 
 def tensor_flatten(self):
-    # Dynamo's guard on a wrapped input calls this on every call of the compiled function.
+    # Dynamo's guard on a wrapped input calls this on every call of the compiled function:
+    # the present names by the ctx's own index, not its property (a Python call, ~150 ns).
     ctx = self._kit_ctx
-    return list(ctx.present), ctx
+    return list(ctx[_PRESENT]), ctx
 
 
 def tensor_unflatten(cls, inner_tensors, ctx, outer_size, outer_stride):
