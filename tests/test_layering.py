@@ -311,3 +311,20 @@ def test_the_privacy_scan_sees_both_kinds():
     assert rows["subclass_kit._construct"] == (True, False)
     assert rows["guards._shapes"] == (True, False)
     assert rows["symbolic.marking"] == (False, True)  # defines mark_dynamic
+
+
+def test_the_exemplars_live_inside_the_base_class():
+    # Issue 13: the ACT is built on the extension surface (state(), from_parts, rewrap,
+    # __op_handler__), not around it: one module of at most 150 lines, and no exemplar
+    # writes an instance's __dict__ or reads a ctx by position.
+    act = REPO / "subclass_kit" / "collectives" / "act.py"
+    assert len(act.read_text().splitlines()) <= 150
+    assert not (REPO / "subclass_kit" / "collectives" / "_pending.py").exists()
+    for path in [act, *(REPO / "subclass_kit" / "sharded").rglob("*.py")]:
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr == "__dict__":
+                raise AssertionError(f"{path.relative_to(REPO)}:{node.lineno} reads or writes __dict__")
+            if (isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)
+                    and node.value.attr == "_kit_ctx"):
+                raise AssertionError(f"{path.relative_to(REPO)}:{node.lineno} reads a ctx by position")

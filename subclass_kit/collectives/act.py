@@ -6,9 +6,7 @@ from functools import partial
 
 import torch
 
-from .. import WrapperTensor, inner, state
-from .. import _compat
-from ..fallbacks import rewrap as _rewrap
+from .. import WrapperTensor, _compat, fallbacks, inner, state
 from .errors import CollectiveError
 
 __all__ = ["AsyncCollectiveTensor", "Pending"]
@@ -142,7 +140,7 @@ def _viewer(op):  # op: _compat.fast_op(func); a closure, not a partial: this ru
             out = op(*[_plain(x, False) for x in args], **{k: _plain(v, False) for k, v in kwargs.items()})
         if a._pending is None and type(a.elem) is _FT:
             return out  # in a functionalized trace the input was waited at the top: views are plain
-        return _rewrap(a, func, args, kwargs, out)
+        return fallbacks.rewrap(a, func, args, kwargs, out)
     return view
 
 
