@@ -127,6 +127,7 @@ def _ops(mesh, g) -> dict:
     a, b = torch.randn(6, 5, generator=g), torch.randn(5, 7, generator=g)
     v, bias = torch.randn(5, generator=g), torch.randn(7, generator=g)
     x3 = torch.randn(2, 3, 10, generator=g)
+    y6 = torch.randn(6, 4, 5, generator=g)
     D = lambda t, p: distribute(t, mesh, [p])  # noqa: E731
     cases = {
         "S0 + R row": (lambda: D(a, Shard(0)) + D(v, Replicate()), a + v),
@@ -151,6 +152,13 @@ def _ops(mesh, g) -> dict:
         "t": (lambda: D(a, Shard(0)).t(), a.t()),
         "view keeps H": (lambda: D(x3, Shard(2)).view(6, 10), x3.view(6, 10)),
         "view merges": (lambda: D(x3, Shard(1)).view(6, 10), x3.view(6, 10)),
+        # A shard leading a merge, or on the first part of a split, stays when the chunks
+        # divide evenly (6 rows over 2 or 3 ranks); 5 rows do not, and are gathered.
+        # (Splitting 6 into (3, 2) would keep the shard on 3 ranks only.)
+        "view merges leading": (lambda: D(y6, Shard(0)).view(24, 5), y6.view(24, 5)),
+        "view splits leading": (lambda: D(y6.view(24, 5), Shard(0)).view(6, 4, 5), y6),
+        "flatten leading": (lambda: D(y6, Shard(0)).flatten(), y6.flatten()),
+        "view merges uneven": (lambda: D(a[:5], Shard(0)).view(-1), a[:5].reshape(-1)),
         "unsqueeze": (lambda: D(a, Shard(1)).unsqueeze(0), a.unsqueeze(0)),
         "expand": (lambda: D(v, Shard(0)).expand(3, 5), v.expand(3, 5)),
         "slice sharded": (lambda: D(a, Shard(0))[1:5], a[1:5]),
@@ -179,6 +187,11 @@ def _ops(mesh, g) -> dict:
     x.mul_(2).add_(D(v, Replicate()))
     close(x.full_tensor(), a * 2 + v)
     placements["mul_ add_"] = repr(x.placements[0])
+    # A merged view that kept its shard is a view of it: a write through it reaches the base.
+    x = D(y6.clone(), Shard(0))
+    x.view(24, 5).mul_(3)
+    close(x.full_tensor(), y6 * 3)
+    placements["mul_ through merged view"] = repr(x.placements[0])
     return placements
 
 
@@ -349,6 +362,18 @@ def compiled() -> dict:
     for v, ref in zip(views, (X[:, 1:], X[1:4], X.t())):
         close(v.full_tensor(), ref)
 
+    # A merge led by the sharded dim keeps the shard in the graph too (no gather), and its
+    # backward (the split back) does as well.
+    Y = torch.randn(4, 3, 5, generator=g)
+    cnt5 = CompileCounterWithBackend("aot_eager")
+    y = distribute(Y, mesh, [Shard(0)]).requires_grad_(True)
+    merged = torch.compile(lambda t: t.reshape(12, 5) * 2, backend=cnt5, fullgraph=True)(y)
+    out["merged placements"] = repr(merged.placements)
+    close(merged.full_tensor(), Y.reshape(12, 5) * 2)
+    (merged * merged).sum().backward()
+    close(y.grad.full_tensor(), 8 * Y)  # d/dY of sum((2Y)^2)
+    out["merged grad placements"] = repr(y.grad.placements)
+
     cnt4 = CompileCounterWithBackend("aot_eager")
     fn = torch.compile(lambda t: (t.relu() * 3).sum(1), backend=cnt4, fullgraph=True)
     for n in (8, 10, 11):
@@ -356,7 +381,7 @@ def compiled() -> dict:
         t = distribute(T, mesh, [Shard(0)])
         symbolic.mark_dynamic(t, [0])
         close(fn(t).full_tensor(), (T.relu() * 3).sum(1))
-    out["frames"] = [c.frame_count for c in (cnt, cnt2, cnt3, cnt4)]
+    out["frames"] = [c.frame_count for c in (cnt, cnt2, cnt3, cnt4, cnt5)]
     return out
 
 

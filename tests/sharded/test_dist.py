@@ -47,6 +47,10 @@ bmm batch: Shard(0)
 t: Shard(1)
 view keeps H: Shard(1)
 view merges: Replicate()
+view merges leading: Shard(0)
+view splits leading: Shard(0)
+flatten leading: Shard(0)
+view merges uneven: Replicate()
 unsqueeze: Shard(2)
 expand: Shard(1)
 slice sharded: Replicate()
@@ -63,7 +67,8 @@ zeros_like P: Replicate()
 cat sharded: Replicate()
 cat other: Shard(0)
 stack: Shard(2)
-mul_ add_: Shard(0)""")
+mul_ add_: Shard(0)
+mul_ through merged view: Shard(0)""")
     assert results[0]["autograd"] == {"a.grad": "Shard(1)", "b.grad": "Shard(0)"}
     rows = [6 // size + (r < 6 % size) for r in range(size)]
     assert [r["mesh"]["2-D local"] for r in results] == [(n, 5) for n in rows]
@@ -108,7 +113,9 @@ def test_compiled_regions_take_and_return_sharded_tensors():
     assert summary == {
         "mm placements": "(Partial('sum'),)",
         "view placements": ["(Shard(0),)", "(Replicate(),)", "(Shard(1),)"],
-        "frames": [1, 1, 1, 1],
+        "merged placements": "(Shard(0),)",
+        "merged grad placements": "(Shard(0),)",
+        "frames": [1, 1, 1, 1, 1],
     }
 
 

@@ -4,8 +4,11 @@
 - ``unsqueeze``/``squeeze``: the shard shifts past the inserted/removed dims.
 - ``view``/``_unsafe_view`` (what ``reshape``/``flatten`` end in): a sharded dim survives
   when the output has a dim of the same size at the same element offset (the product of the
-  sizes before it), e.g. ``(B, S, H)`` sharded on ``H`` viewed as ``(B*S, H)``; a sharded dim
-  that is merged or split is gathered first (its chunks would not be contiguous).
+  sizes before it), e.g. ``(B, S, H)`` sharded on ``H`` viewed as ``(B*S, H)``. It also
+  survives, evenly chunked, when it leads a merge (``(B, S, H)`` sharded on ``B`` viewed as
+  ``(B*S, H)``, ``B`` divisible by the mesh dim) or is split with the shard on the first part
+  (divisible); otherwise a merged or split sharded dim is gathered first (its chunks would
+  not be contiguous).
 - ``expand``: the shard follows its dim; a sharded size-1 dim being broadcast is gathered.
 - ``slice``/``select``/``split``/``split_with_sizes``/``unbind`` along an unsharded dim act
   locally; along a sharded dim they gather it first. ``diagonal`` gathers its two dims.
@@ -20,7 +23,7 @@ from __future__ import annotations
 from ... import _compat
 from ... import _aliasing as aliasing
 from ..._defaults import builtin_handler
-from .._layout import local_shape
+from .._layout import chunk_size
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, sig_of, spec
 from ._common import TensorMeta, aten, global_meta, move, fast_plan, planned, spec_of, wrap_out
@@ -175,6 +178,50 @@ def _view_target(in_shape, out_shape, d):
     return None
 
 
+def _regroup_target(in_shape, out_shape, d, k):
+    """The output dim a shard on ``d`` moves to when the view merges ``d`` with the dims
+    after it, or splits ``d`` with the shard on the first part; None when it must gather.
+
+    Chunks stay whole rows of the new dim only when they divide evenly: rows
+    ``[r*n/k, (r+1)*n/k)`` of ``d`` are then rows ``[r*m/k, (r+1)*m/k)`` of the merged
+    ``m = n * rest`` (or of the first split part, when ``k`` divides that part). Uneven
+    chunks do not line up (5 rows over 2 ranks are 3 + 2; merged with a dim of 2 they are
+    6 + 4, where torch.chunk of 10 gives 5 + 5). Concrete sizes only: under compile a
+    symbolic size would need a divisibility guard, so that case keeps gathering.
+
+    Example:
+        >>> _regroup_target((4, 3), (12,), 0, 2), _regroup_target((12,), (4, 3), 0, 2)
+        (0, 0)
+        >>> _regroup_target((5, 2), (10,), 0, 2) is None, _regroup_target((3, 4), (12,), 1, 1) is None
+        (True, True)
+    """
+    if any(type(s) is not int or s == 0 for s in (*in_shape, *out_shape)):
+        return None
+    before = 1
+    for s in in_shape[:d]:
+        before *= s
+    acc = 1
+    for e, s in enumerate(out_shape):
+        if acc == before:
+            n = in_shape[d]
+            if s > n and n % k == 0 and s in _running_products(in_shape[d:]):
+                return e  # merged: d leads the group
+            if s < n and s % k == 0 and n in _running_products(out_shape[e:]):
+                return e  # split: the shard goes to the first part
+        elif acc > before:
+            return None
+        acc *= s
+    return None
+
+
+def _running_products(sizes) -> set:
+    out, acc = set(), 1
+    for s in sizes:
+        acc *= s
+        out.add(acc)
+    return out
+
+
 @ShardedTensor.implements(aten.view.default, aten._unsafe_view.default)
 def reshape_like(func, types, args, kwargs):
     """A shard survives a view when its dim keeps its size and element offset."""
@@ -203,18 +250,20 @@ def _reshape_decide(func, args, kwargs):
     meta = global_meta(func, args, kwargs)
     moves = {}
     lost = set()
-    for p in cur:
+    size = list(meta.shape)
+    for i, p in enumerate(cur):
         if type(p) is Shard:
             e = _view_target(tuple(x.shape), meta.shape, p.dim)
+            n = x.shape[p.dim]  # the size that is chunked (the input's, when it is kept)
+            if e is None:
+                e = _regroup_target(tuple(x.shape), tuple(meta.shape), p.dim, mesh.shape[i])
+                n = None if e is None else meta.shape[e]
             if e is None:
                 lost.add(p.dim)
             else:
                 moves[p.dim] = e
+                size[e] = chunk_size(n, mesh.shape[i], coord[i])
     target = tuple(Replicate() if type(p) is Shard and p.dim in lost else p for p in cur)
-    local = local_shape(tuple(x.shape), target, mesh.shape, coord)
-    size = list(meta.shape)
-    for d, e in moves.items():
-        size[e] = local[d]
     pl = _shift(target, moves.__getitem__)
     # Fast only when nothing is gathered (the local is viewed as it is).
     fast = _fast_of(func, args, kwargs, meta, pl) if target == cur else None
