@@ -20,6 +20,10 @@ Partial placements pass through every view unchanged (views are linear).
 
 from __future__ import annotations
 
+import math
+from itertools import accumulate
+from operator import mul
+
 from ... import _compat
 from ... import _aliasing as aliasing
 from ..._defaults import builtin_handler
@@ -197,29 +201,17 @@ def _regroup_target(in_shape, out_shape, d, k):
     """
     if any(type(s) is not int or s == 0 for s in (*in_shape, *out_shape)):
         return None
-    before = 1
-    for s in in_shape[:d]:
-        before *= s
-    acc = 1
-    for e, s in enumerate(out_shape):
-        if acc == before:
-            n = in_shape[d]
-            if s > n and n % k == 0 and s in _running_products(in_shape[d:]):
-                return e  # merged: d leads the group
-            if s < n and s % k == 0 and n in _running_products(out_shape[e:]):
-                return e  # split: the shard goes to the first part
-        elif acc > before:
+    n, before = in_shape[d], math.prod(in_shape[:d])
+    for e, offset in enumerate(accumulate(out_shape[:-1], mul, initial=1)):
+        if offset > before:
             return None
-        acc *= s
+        if offset == before:
+            s = out_shape[e]
+            if s > n and n % k == 0 and s in accumulate(in_shape[d:], mul):
+                return e  # merged: d leads the group
+            if s < n and s % k == 0 and n in accumulate(out_shape[e:], mul):
+                return e  # split: the shard goes to the first part
     return None
-
-
-def _running_products(sizes) -> set:
-    out, acc = set(), 1
-    for s in sizes:
-        acc *= s
-        out.add(acc)
-    return out
 
 
 @ShardedTensor.implements(aten.view.default, aten._unsafe_view.default)
@@ -250,19 +242,19 @@ def _reshape_decide(func, args, kwargs):
     meta = global_meta(func, args, kwargs)
     moves = {}
     lost = set()
-    size = list(meta.shape)
+    shape, size = tuple(x.shape), list(meta.shape)
     for i, p in enumerate(cur):
         if type(p) is Shard:
-            e = _view_target(tuple(x.shape), meta.shape, p.dim)
-            n = x.shape[p.dim]  # the size that is chunked (the input's, when it is kept)
+            e = _view_target(shape, meta.shape, p.dim)
+            n = shape[p.dim]  # the chunked size: the input's when the dim is kept
             if e is None:
-                e = _regroup_target(tuple(x.shape), tuple(meta.shape), p.dim, mesh.shape[i])
-                n = None if e is None else meta.shape[e]
-            if e is None:
-                lost.add(p.dim)
-            else:
-                moves[p.dim] = e
-                size[e] = chunk_size(n, mesh.shape[i], coord[i])
+                e = _regroup_target(shape, tuple(meta.shape), p.dim, mesh.shape[i])
+                if e is None:
+                    lost.add(p.dim)
+                    continue
+                n = meta.shape[e]
+            moves[p.dim] = e
+            size[e] = chunk_size(n, mesh.shape[i], coord[i])
     target = tuple(Replicate() if type(p) is Shard and p.dim in lost else p for p in cur)
     pl = _shift(target, moves.__getitem__)
     # Fast only when nothing is gathered (the local is viewed as it is).
