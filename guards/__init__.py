@@ -5,7 +5,7 @@ traceable wrapper subclass (``__tensor_flatten__``), torch's TwoTensor and DTens
 This module only re-exports; what is not re-exported is private.
 """
 
-from .cache_key import cache_key as cache_key, cache_key_payload as cache_key_payload
+from .keys import cache_key as cache_key, cache_key_payload as cache_key_payload
 from .errors import (
     GuardError as GuardError,
     PolicyViolationError as PolicyViolationError,

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from symbolic.sources import (
+from symbolic import (
     ROOT,
     InnerSource,
     ItemSource,

@@ -5,12 +5,14 @@ traceable wrapper subclass (``__tensor_flatten__`` / ``__tensor_unflatten__``); 
 that also define ``__inner_shapes__(outer_size, ctx)`` get exact relations. Torch-private
 names are reached only through ``symbolic._compat``.
 
-``symbolic.sources`` is both the module of source objects and, called, the function
-``sources(t, name="x")``.
+This module only re-exports. The function ``symbolic.sources(t, name="x")`` lives in
+``tensor_sources``, ``symbolic.relations(...)`` in ``shape_relations``: no module shares
+its name with a function.
 """
 
 from .arith import ceil_div as ceil_div, floor_div as floor_div, sym_max as sym_max, sym_min as sym_min
-from .sources import (
+from .tensor_sources import sources as sources
+from .source_types import (
     ROOT as ROOT,
     InnerSource as InnerSource,
     ItemSource as ItemSource,
@@ -31,7 +33,7 @@ from .errors import (
 from .dims import Dim as Dim
 from .policy import SubclassPolicy as SubclassPolicy
 from .protocol import walk as walk
-from .relations import relations as relations, size_sources as size_sources, size_symbol as size_symbol
+from .shape_relations import relations as relations, size_sources as size_sources, size_symbol as size_symbol
 from .planning import plan as plan
 from .marking import apply as apply, mark_dynamic as mark_dynamic, marks as marks
 from .description import (

@@ -24,13 +24,13 @@ import sympy
 import torch
 
 from . import _compat
-from ._source_types import ROOT, InnerSource, SizeSource, Source
+from .source_types import ROOT, InnerSource, SizeSource, Source
 from .dims import Dim
 from .errors import PolicyTypeError
 from .planning import resolve_dims
 from .policy import SubclassPolicy, normalize_dims
 from .protocol import ctx_of, inner_items, is_wrapper, where
-from .relations import inner_shapes_of, size_symbol
+from .shape_relations import inner_shapes_of, size_symbol
 
 __all__ = ["describe", "ShapeDescription", "TensorDims", "Relation", "MARK_ATTRS"]
 

@@ -20,7 +20,7 @@ from .errors import CtxPinsShapeWarning, PolicyTypeError
 from .planning import _outer_dims, plan, resolve_dims
 from .policy import SubclassPolicy
 from .protocol import get_inner, inner_items, is_wrapper, where
-from ._source_types import ROOT, InnerSource, Source
+from .source_types import ROOT, InnerSource, Source
 
 _log = logging.getLogger(__name__)
 

@@ -25,8 +25,8 @@ from .dims import Dim
 from .errors import PolicyError, PolicyTypeError
 from .policy import SubclassPolicy, normalize_dims
 from .protocol import get_inner, inner_items, is_wrapper, where
-from .relations import TensorShape, analyze, size_symbol
-from ._source_types import ROOT, InnerSource, Source
+from .shape_relations import TensorShape, analyze, size_symbol
+from .source_types import ROOT, InnerSource, Source
 from . import _compat
 
 __all__ = ["plan", "resolve_dims", "INNER_MODES"]

@@ -14,7 +14,7 @@ import torch
 
 from ._compat import is_traceable_wrapper_subclass
 from .errors import PolicyError, PolicyTypeError
-from ._source_types import ROOT, InnerSource, Source
+from .source_types import ROOT, InnerSource, Source
 
 __all__ = ["is_wrapper", "inner_items", "ctx_of", "walk", "path_of", "where", "get_inner"]
 

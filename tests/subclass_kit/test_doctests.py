@@ -12,7 +12,7 @@ from kit_helpers.docs import doctests
 
 _REPO = pathlib.Path(__file__).resolve().parents[2]
 _SUBPACKAGES = ("subclass_kit", "subclass_kit/examples")
-_EXTRA = ("symbolic.arith", "symbolic.sources")
+_EXTRA = ("symbolic.arith", "symbolic.tensor_sources", "symbolic.source_types")
 
 def _module_names():
     names = []

@@ -1,5 +1,6 @@
 """sources(): every size, stride and storage offset, named exactly as dynamo's guards name them."""
 
+import inspect
 import re
 
 import torch
@@ -7,8 +8,8 @@ from expecttest import assert_expected_inline
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch.testing._internal.two_tensor import TwoTensor as TorchTwoTensor
 
+import guards
 import symbolic
-import symbolic.sources as sources_module
 from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
 from symbolic import InnerSource, SizeSource, StorageOffsetSource, StrideSource, ViewBaseSource
 
@@ -46,10 +47,26 @@ L['x'].scale.storage_offset()""",
     assert list(symbolic.sources(x, name="w"))[0] == "L['w'].size()[0]"
 
 
-def test_module_is_callable_and_still_a_module():
+def test_no_module_shares_a_name_with_a_function():
+    """symbolic.sources and symbolic.relations are plain functions; importing every
+    submodule of the package does not shadow them (issue 22 item 4)."""
+    import importlib
+    import pkgutil
+
+    for pkg in (symbolic, guards):
+        for info in pkgutil.iter_modules(pkg.__path__):
+            importlib.import_module(f"{pkg.__name__}.{info.name}")
+    assert inspect.isfunction(symbolic.sources) and inspect.isfunction(symbolic.relations)
+    assert inspect.isfunction(guards.cache_key)
     x = torch.ones(2, 3)
-    assert symbolic.sources(x) == sources_module.sources(x) == sources_module(x)
-    assert sources_module.SizeSource is SizeSource and symbolic.sources.StrideSource is StrideSource
+    assert list(symbolic.sources(x)) == [s.name() for s in symbolic.sources(x).values()]
+
+
+def test_name_is_a_plain_method():
+    s = SizeSource(InnerSource("scale"), 0)
+    assert inspect.ismethod(s.name) and not isinstance(s.name, str)
+    assert s.name() == "L['x'].scale.size()[0]" and s.name("w") == "L['w'].scale.size()[0]"
+    assert StrideSource(symbolic.Root("w"), 1).name() == "L['w'].stride()[1]"
 
 
 def test_views_include_their_base():
@@ -110,8 +127,8 @@ def test_torch_two_tensor_names():
     assert symbolic.sources(x)["L['x'].b.storage_offset()"] == StorageOffsetSource(InnerSource("b"))
 
 
-def test_sources_are_torch_sources():
-    """What symbolic.sources returns is torch's own Source types: torch's ShapeEnv takes it."""
+def test_sources_convert_to_torch_sources():
+    """to_torch() gives torch's own Source types for the same place: torch's ShapeEnv takes it."""
     import pickle
 
     from torch._dynamo.source import AttrSource, LocalSource, TensorPropertySource
@@ -119,12 +136,14 @@ def test_sources_are_torch_sources():
 
     x = BlockScaled.from_float(torch.randn(70, 8))
     s = symbolic.sources(x)["L['x'].scale.size()[0]"]
-    assert isinstance(s, TensorPropertySource) and isinstance(s.base, AttrSource)
-    assert isinstance(s.base.base, LocalSource) and s.base.base.local_name == "x"
-    assert s.name == "L['x'].scale.size()[0]" and s.name("w") == "L['w'].scale.size()[0]"
-    assert symbolic.sources(x, name="w")["L['w'].scale.size()[0]"].name == "L['w'].scale.size()[0]"
+    t = s.to_torch()
+    assert isinstance(t, TensorPropertySource) and isinstance(t.base, AttrSource)
+    assert isinstance(t.base.base, LocalSource) and t.base.base.local_name == "x"
+    assert t.name == s.name() == "L['x'].scale.size()[0]" and s.name("w") == "L['w'].scale.size()[0]"
+    w = symbolic.sources(x, name="w")["L['w'].scale.size()[0]"]
+    assert w.name() == w.to_torch().name == "L['w'].scale.size()[0]"
     assert pickle.loads(pickle.dumps(s)) == s and hash(pickle.loads(pickle.dumps(s))) == hash(s)
     env = ShapeEnv()
-    sym = env.create_symbol(3, s, dynamic_dim=DimDynamic.DYNAMIC)
-    assert env.var_to_sources[sym] == [s]
+    sym = env.create_symbol(3, t, dynamic_dim=DimDynamic.DYNAMIC)
+    assert env.var_to_sources[sym] == [t]
     assert env.var_to_sources[sym][0].name == "L['x'].scale.size()[0]"

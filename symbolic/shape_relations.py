@@ -30,7 +30,7 @@ import torch
 from . import _compat
 from .errors import PolicyTypeError, RelationError
 from .protocol import ctx_of, inner_items, is_wrapper, path_of, walk, where
-from ._source_types import ROOT, InnerSource, SizeSource, Source
+from .source_types import ROOT, InnerSource, SizeSource, Source
 
 __all__ = ["size_symbol", "size_sources", "relations", "TensorShape", "analyze", "inner_shapes_of"]
 
