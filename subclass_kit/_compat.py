@@ -513,6 +513,15 @@ def real_tensors():
     return unset_fake_temporarily()
 
 
+def current_device_mesh():
+    """The DeviceMesh of the innermost ``with mesh:`` block, or None (torch keeps the stack
+    of entered meshes privately; its ``parallelize_module`` reads it the same way)."""
+    from torch.distributed.device_mesh import _mesh_resources
+
+    stack = _mesh_resources.mesh_stack
+    return stack[-1] if stack else None
+
+
 def register_mesh_member(name: str, fn) -> None:
     """Give torch's ``DeviceMesh`` a method ``name`` (``fn(mesh)``) that dynamo evaluates on
     the real mesh at trace time and bakes in as a constant.

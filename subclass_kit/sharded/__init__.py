@@ -21,7 +21,7 @@ from .errors import (
     ShardShapeError as ShardShapeError,
     UnsupportedOpError as UnsupportedOpError,
 )
-from .mesh import MeshRef as MeshRef, mesh_ref as mesh_ref
+from .mesh import MeshRef as MeshRef, current_mesh as current_mesh, mesh_ref as mesh_ref
 from .loss import (
     loss_parallel as loss_parallel,
     vocab_parallel_cross_entropy as vocab_parallel_cross_entropy,
@@ -30,6 +30,7 @@ from .parallel import (
     ColwiseParallel as ColwiseParallel,
     ParallelStyle as ParallelStyle,
     PrepareModuleInput as PrepareModuleInput,
+    PrepareModuleInputOutput as PrepareModuleInputOutput,
     PrepareModuleOutput as PrepareModuleOutput,
     RowwiseParallel as RowwiseParallel,
     SequenceParallel as SequenceParallel,
@@ -56,11 +57,13 @@ __all__ = [
     "SequenceParallel",
     "PrepareModuleInput",
     "PrepareModuleOutput",
+    "PrepareModuleInputOutput",
     "loss_parallel",
     "vocab_parallel_cross_entropy",
     "ParallelStyle",
     "MeshRef",
     "mesh_ref",
+    "current_mesh",
     "PlacementError",
     "ShardShapeError",
     "MeshError",

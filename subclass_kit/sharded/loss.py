@@ -7,7 +7,9 @@ on such a ShardedTensor computes the loss from the slices: one all-reduce of the
 (no gradient), one of the softmax denominators and one of the target logits, each a few
 numbers per row instead of the ``(tokens, vocab)`` logits. The loss is a plain tensor, the
 same on every rank; its backward is local: the gradient of the logits arrives sharded like
-them. As torch's ``torch.distributed.tensor.parallel.loss_parallel``.
+them. As torch's ``torch.distributed.tensor.parallel.loss_parallel``: class weights
+(``weight=``) and meshes of more than one dim (the class dim sharded on one mesh dim, the
+batch or sequence sharded or replicated on the others) included.
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ import torch.nn.functional as F
 from .. import collectives as _coll
 from .. import _compat
 from ._comm import waited
-from .convert import redistribute, to_local
+from .convert import from_local, redistribute, to_local
 from .errors import PlacementError
 from ._layout import chunk_size, chunk_start
-from .placements import Replicate, Shard, render
+from .placements import Partial, Replicate, Shard, render
 from .tensor import ShardedTensor
 
 __all__ = ["loss_parallel", "vocab_parallel_cross_entropy"]
@@ -46,19 +48,33 @@ class _SumOfReplicas(torch.autograd.Function):
 
 
 def vocab_parallel_cross_entropy(
-    input: ShardedTensor, target, *, ignore_index: int = -100, reduction: str = "mean"
-) -> torch.Tensor:
-    """Cross entropy of logits sharded on the class dim (``Shard(1)``, or ``Shard(0)`` for 1-D
-    logits); what ``F.cross_entropy`` runs inside :func:`loss_parallel`.
+    input: ShardedTensor, target, weight=None, *, ignore_index: int = -100, reduction: str = "mean"
+):
+    """Cross entropy of logits sharded on the class dim (dim 1, or 0 for 1-D logits); what
+    ``F.cross_entropy`` runs inside :func:`loss_parallel`.
+
+    Exactly one mesh dim (the TP dim, at any position) shards the class dim; on a 2-D or
+    larger mesh every other mesh dim is ``Shard`` of another dim (batch, sequence) or
+    ``Replicate``, as torch's ``loss_parallel``.
 
     Args:
-        input: the logits, a ShardedTensor on a 1-D mesh sharded on the class dim.
-        target: class indices, a plain tensor (the same on every rank) or a replicated
-            ShardedTensor.
-        ignore_index, reduction: as ``F.cross_entropy``.
+        input: the logits, a ShardedTensor.
+        target: class indices. On a 1-D mesh (or when every other mesh dim is Replicate) a
+            plain tensor, the same on every rank, or a ShardedTensor; where another mesh dim
+            shards the batch, a ShardedTensor laid out like the logits without the class dim
+            (a plain tensor would be ambiguous: whole or this rank's part).
+        weight: per-class weights (plain, the same on every rank, or a ShardedTensor).
+        ignore_index, reduction: as ``F.cross_entropy``; ``"mean"`` on a 1-D mesh only.
 
     Returns:
-        The loss as a plain tensor, equal on every rank.
+        The loss: a plain tensor when it is the same on every rank (always on a 1-D mesh);
+        otherwise a ShardedTensor with torch's placements (``"none"``: the target's;
+        ``"sum"``: ``Partial('sum')`` on the mesh dims that shard the batch).
+
+    Raises:
+        PlacementError: (a ValueError) the class dim is not sharded on exactly one mesh
+            dim, another mesh dim is Partial, or a plain target where it would be ambiguous.
+        NotImplementedError: ``reduction="mean"`` on a mesh of more than one dim.
 
     Example:
         >>> import torch
@@ -72,11 +88,59 @@ def vocab_parallel_cross_entropy(
     """
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"loss_parallel cross_entropy: reduction={reduction!r}; use 'mean', 'sum' or 'none'.")
-    return _vocab_ce(input, target, ignore_index, reduction)
+    return _vocab_ce(input, target, weight, ignore_index, reduction)
+
+
+def _layout(input: ShardedTensor, cdim: int) -> tuple:
+    """``(tp mesh dim, target placements, summed-loss placements)`` of class-sharded logits,
+    or PlacementError."""
+    where = "loss_parallel cross_entropy"
+    c = input._kit_ctx
+    pl = c.placements
+    tp = [i for i, p in enumerate(pl) if p == Shard(cdim)]
+    if len(tp) != 1:
+        fix = (f"(Shard({cdim}),) on a 1-D mesh" if c.mesh.ndim == 1 else
+               f"Shard({cdim}) on exactly one mesh dim, Shard of another dim or Replicate() on the others")
+        raise PlacementError(
+            f"{where}: logits of shape {tuple(input.shape)} with placements {render(pl)} on {c.mesh}; "
+            f"loss_parallel needs them sharded on the class dim {cdim} by exactly one mesh dim "
+            f"({len(tp)} do), placements {fix}. Produce them with ColwiseParallel(output_layouts=Shard(-1), "
+            "use_local_output=False), or redistribute."
+        )
+    target_pl, sum_pl = [], []
+    for i, p in enumerate(pl):
+        if i == tp[0] or type(p) is Replicate:
+            target_pl.append(Replicate())
+            sum_pl.append(Replicate())
+        elif type(p) is Shard:
+            # The class dim is gone from the target: dims after it move down by one.
+            target_pl.append(Shard(p.dim - 1 if p.dim > cdim else p.dim))
+            sum_pl.append(Partial("sum"))
+        else:
+            raise PlacementError(
+                f"{where}: logits placements {render(pl)}: loss_parallel expects the mesh dims other "
+                f"than the class-sharding one ({tp[0]}) to be Shard or Replicate, got {p!r} at mesh dim "
+                f"{i}; redistribute the logits (e.g. reduce the Partial) first."
+            )
+    return tp[0], tuple(target_pl), tuple(sum_pl)
+
+
+def _local_target(target, mesh, placements: tuple, shape: tuple):
+    """This rank's part of ``target``, laid out ``placements`` (derived from the logits)."""
+    if isinstance(target, ShardedTensor):
+        return to_local(redistribute(target, mesh, placements))
+    if any(type(p) is Shard for p in placements):
+        raise PlacementError(
+            f"loss_parallel cross_entropy: on {mesh} the target must be laid out {render(placements)}, "
+            f"which shards it, so loss_parallel requires a ShardedTensor target (a plain tensor of shape "
+            f"{tuple(target.shape)} could be the whole target or this rank's part). Wrap it with "
+            "ShardedTensor.from_local(local, mesh, placements) or distribute(target, mesh, placements)."
+        )
+    return target
 
 
 @_compat.allow_in_graph
-def _vocab_ce(input, target, ignore_index: int, reduction: str):
+def _vocab_ce(input, target, weight, ignore_index: int, reduction: str):
     # One call node under torch.compile (AOTAutograd traces into it), so the logits'
     # placements are read here, on the traced tensor, not by dynamo.
     where = "loss_parallel cross_entropy"
@@ -84,17 +148,19 @@ def _vocab_ce(input, target, ignore_index: int, reduction: str):
         raise TypeError(f"{where}: the logits must be a ShardedTensor, got {type(input).__name__}.")
     c = input._kit_ctx
     cdim = 1 if input.dim() >= 2 else 0
-    if c.mesh.ndim != 1 or c.placements != (Shard(cdim),):
-        raise PlacementError(
-            f"{where}: logits of shape {tuple(input.shape)} with placements {render(c.placements)} "
-            f"on {c.mesh}; loss_parallel needs them sharded on the class dim, placements "
-            f"(Shard({cdim}),) on a 1-D mesh. Produce them with ColwiseParallel(output_layouts=Shard(-1), "
-            "use_local_output=False), or redistribute."
+    tp, target_pl, sum_pl = _layout(input, cdim)
+    if reduction == "mean" and c.mesh.ndim > 1:
+        raise NotImplementedError(
+            f"{where}: reduction='mean' is only supported on a one-dimensional mesh, the logits live "
+            f"on {c.mesh}: each rank's mean would divide by its own count. Use reduction='sum' (or "
+            "'none') and divide by the global count."
         )
-    if isinstance(target, ShardedTensor):
-        target = to_local(redistribute(target, c.mesh, [Replicate()]))
-    k, rank = c.mesh.size(), c.coord[0]
-    group = c.mesh.group_names[0]
+    target_shape = tuple(input.shape[:cdim]) + tuple(input.shape[cdim + 1:])
+    target = _local_target(target, c.mesh, target_pl, target_shape)
+    if isinstance(weight, ShardedTensor):
+        weight = weight.full_tensor()
+    k, rank = c.mesh.size(tp), c.coord[tp]
+    group = c.mesh.group_names[tp]
     x = to_local(input)
     n_cls = input.shape[cdim]
     start, n = chunk_start(n_cls, k, rank), chunk_size(n_cls, k, rank)
@@ -112,25 +178,31 @@ def _vocab_ce(input, target, ignore_index: int, reduction: str):
         picked = _SumOfReplicas.apply(picked, group)
     loss = denom.log() - picked
     valid = target != ignore_index
-    loss = loss.masked_fill(~valid, 0.0)
+    # The weight is whole on every rank: each token's class weight is a local lookup.
+    w = valid.to(loss.dtype) if weight is None else weight[target.masked_fill(~valid, 0)] * valid
+    loss = loss * w
     if reduction == "none":
-        return loss
-    if reduction == "sum":
-        return loss.sum()
-    return loss.sum() / valid.sum().to(loss.dtype)
+        out, placements, shape = loss, target_pl, target_shape
+    elif reduction == "sum":
+        out, placements, shape = loss.sum(), sum_pl, ()
+    else:
+        return loss.sum() / w.sum()
+    if all(type(p) is Replicate for p in placements):
+        return out  # the same on every rank: a plain tensor
+    return from_local(out, c.mesh, placements, shape=shape)
 
 
 def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,
                    reduction="mean", label_smoothing=0.0):
     if not isinstance(input, ShardedTensor):
         return _ORIGINAL(input, target, weight, size_average, ignore_index, reduce, reduction, label_smoothing)
-    if weight is not None or label_smoothing != 0.0 or size_average is not None or reduce is not None:
+    if label_smoothing != 0.0 or size_average is not None or reduce is not None:
         raise NotImplementedError(
-            "loss_parallel cross_entropy: weight=, label_smoothing=, size_average= and reduce= are "
-            "not supported on sharded logits; use ignore_index= and reduction=, or full_tensor() "
+            "loss_parallel cross_entropy: label_smoothing=, size_average= and reduce= are not "
+            "supported on sharded logits; use weight=, ignore_index= and reduction=, or full_tensor() "
             "the logits outside loss_parallel."
         )
-    return vocab_parallel_cross_entropy(input, target, ignore_index=ignore_index, reduction=reduction)
+    return vocab_parallel_cross_entropy(input, target, weight, ignore_index=ignore_index, reduction=reduction)
 
 
 @contextlib.contextmanager

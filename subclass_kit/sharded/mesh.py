@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from .errors import MeshError
 
-__all__ = ["MeshRef", "mesh_ref", "LOCAL_GROUP", "this_rank"]
+__all__ = ["MeshRef", "mesh_ref", "current_mesh", "LOCAL_GROUP", "this_rank"]
 
 # The group name of a one-rank mesh dimension that needs no process group (collectives over
 # one rank are the identity, so they are never issued).
@@ -206,6 +206,19 @@ def mesh_ref(mesh) -> MeshRef:
         if isinstance(mesh, DeviceMesh):
             return mesh._subclass_kit_mesh_ref()  # a DeviceMesh member dynamo evaluates as a constant
     return _describe(mesh)
+
+
+def current_mesh():
+    """The torch ``DeviceMesh`` of the innermost ``with mesh:`` block, or None; what
+    ``parallelize`` uses when no mesh is passed, as torch's ``parallelize_module`` does.
+
+    Example:
+        >>> current_mesh() is None
+        True
+    """
+    from .. import _compat
+
+    return _compat.current_device_mesh()
 
 
 def _register() -> None:

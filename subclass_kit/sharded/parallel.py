@@ -1,6 +1,7 @@
 """Tensor parallelism with torch's ``torch.distributed.tensor.parallel`` names and semantics:
 ``parallelize`` (``parallelize_module``), ``ColwiseParallel``, ``RowwiseParallel``,
-``SequenceParallel``, ``PrepareModuleInput``, ``PrepareModuleOutput``.
+``SequenceParallel``, ``PrepareModuleInput``, ``PrepareModuleOutput``,
+``PrepareModuleInputOutput``.
 
 - ``ColwiseParallel`` on ``nn.Linear`` holds the rows of its weight (output features) and
   bias; fed a replicated input it produces its slice of the output features. On
@@ -12,8 +13,8 @@
   range (zeros elsewhere), a Partial sum reduced the same way.
 - ``SequenceParallel`` replicates a module's parameters (norm layers) and runs it on an input
   sharded on the sequence dim.
-- ``PrepareModuleInput``/``PrepareModuleOutput`` only convert layouts at a module's
-  boundary (e.g. all-gather the sequence before attention).
+- ``PrepareModuleInput``/``PrepareModuleOutput``/``PrepareModuleInputOutput`` only convert
+  layouts at a module's boundary (e.g. all-gather the sequence before attention).
 
 Placements may be given as one placement or a one-element sequence (the mesh is 1-D), and
 torch's own ``Shard``/``Replicate`` are accepted. Colwise then Rowwise is the Megatron MLP:
@@ -24,6 +25,7 @@ one all-reduce forward, one in backward, and plain tensors in and out
 from __future__ import annotations
 
 import fnmatch
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,13 +37,13 @@ from ..compiling import is_compiling
 from .convert import distribute, from_local, redistribute, to_local
 from .errors import MeshError, ParallelizeError
 from ._layout import chunk_size, chunk_start
-from .mesh import mesh_ref
+from .mesh import current_mesh, mesh_ref
 from .placements import Partial, Placement, Replicate, Shard, _from_torch, render
 from .tensor import ShardedTensor
 
 __all__ = [
     "ParallelStyle", "ColwiseParallel", "RowwiseParallel", "SequenceParallel",
-    "PrepareModuleInput", "PrepareModuleOutput", "parallelize",
+    "PrepareModuleInput", "PrepareModuleOutput", "PrepareModuleInputOutput", "parallelize",
 ]
 
 
@@ -196,9 +198,12 @@ def _sharded_embedding_class(cls):
 
 # ---- styles -----------------------------------------------------------------------------
 class ParallelStyle:
-    """Base of the styles: ``apply(module, mesh, name)`` shards parameters and installs hooks."""
+    """Base of the styles: ``apply(module, mesh, name, src_data_rank=)`` shards parameters
+    and installs hooks. ``src_data_rank``: whose parameter values are distributed (the rank
+    at that coordinate of the mesh; None: each rank's own, without communication), as
+    torch's ``parallelize_module(src_data_rank=)``."""
 
-    def apply(self, module: nn.Module, mesh, name: str = "module") -> nn.Module:  # pragma: no cover
+    def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:  # pragma: no cover
         raise NotImplementedError
 
 
@@ -209,7 +214,7 @@ class _LinearOrEmbedding(ParallelStyle):
     _default_in: dict
     _default_out: Placement
 
-    def apply(self, module: nn.Module, mesh, name: str = "module") -> nn.Module:
+    def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
         kind = type(self).__name__
         if isinstance(module, nn.Linear):
             what = "linear"
@@ -243,7 +248,7 @@ class _LinearOrEmbedding(ParallelStyle):
                     f"{render(p.placements)}; each module takes one style. Remove the duplicate "
                     "plan entry."
                 )
-            sharded = distribute(p.detach(), ref, [place])
+            sharded = distribute(p.detach(), ref, [place], src_data_rank=src_data_rank)
             module.register_parameter(pname, nn.Parameter(sharded, requires_grad=p.requires_grad))
         use_local = self.use_local_output
         coord = ref.coordinate()
@@ -354,7 +359,7 @@ class SequenceParallel(ParallelStyle):
     sequence_dim: int = 1
     use_local_output: bool = False
 
-    def apply(self, module: nn.Module, mesh, name: str = "module") -> nn.Module:
+    def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
         kind = type(self).__name__
         ref = _check_mesh(mesh, kind, name)
         for pname, p in list(module.named_parameters(recurse=False)):
@@ -363,7 +368,8 @@ class SequenceParallel(ParallelStyle):
                     f"{kind} on {name!r}: its parameter {pname} is already a ShardedTensor "
                     f"{render(p.placements)}; each module takes one style. Remove the duplicate plan entry."
                 )
-            module.register_parameter(pname, nn.Parameter(distribute(p.detach(), ref, [Replicate()]), requires_grad=p.requires_grad))
+            replicated = distribute(p.detach(), ref, [Replicate()], src_data_rank=src_data_rank)
+            module.register_parameter(pname, nn.Parameter(replicated, requires_grad=p.requires_grad))
         seq = Shard(self.sequence_dim)
         use_local = self.use_local_output
 
@@ -394,43 +400,135 @@ def _layouts(value, kind: str, field: str, name: str) -> tuple | None:
     return tuple(None if v is None else _one(v, kind, field, name) for v in items)
 
 
-def _layout_pairs(style, side: str, kind: str, name: str, per: str) -> tuple:
-    """``(have, want)`` of a Prepare* style's ``{side}_layouts`` / ``desired_{side}_layouts``."""
-    have = _layouts(getattr(style, f"{side}_layouts"), kind, f"{side}_layouts", name)
-    want = _layouts(getattr(style, f"desired_{side}_layouts"), kind, f"desired_{side}_layouts", name)
-    if have is None or want is None or len(have) != len(want):
+def _as_tuple(value) -> tuple | None:
+    return None if value is None else tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
+def _shown(layouts) -> str:
+    if layouts is None:
+        return "None"
+    return f"{render(list(layouts))} ({len(layouts)} {'entry' if len(layouts) == 1 else 'entries'})"
+
+
+def _check_pairs(style, side: str) -> None:
+    """Refuse, when the style is made, ``{side}_layouts`` and ``desired_{side}_layouts`` that
+    do not pair up (torch refuses them there too), and kwarg layouts with different keys."""
+    kind = type(style).__name__
+    have, want = _as_tuple(getattr(style, f"{side}_layouts")), _as_tuple(getattr(style, f"desired_{side}_layouts"))
+    if (have is None) != (want is None) or (have is not None and len(have) != len(want)):
         raise ParallelizeError(
-            f"{kind} on {name!r}: {side}_layouts {have} and desired_{side}_layouts {want} must "
-            f"both be given with one entry per {per}."
+            f"{kind}: {side}_layouts and desired_{side}_layouts should have same length, got "
+            f"{side}_layouts={_shown(have)} and desired_{side}_layouts={_shown(want)}; give one entry "
+            f"per {side} in both (None for one left alone), e.g. {side}_layouts=(Shard(1), None), "
+            f"desired_{side}_layouts=(Replicate(), None)."
         )
-    return have, want
+    for i, (h, w) in enumerate(zip(have or (), want or ())):
+        if (h is None) != (w is None):
+            raise ParallelizeError(
+                f"{kind}: {side} {i} has {side}_layouts {h!r} but desired_{side}_layouts {w!r}; "
+                "give both or neither."
+            )
+    if side == "input":
+        kw_have, kw_want = style.input_kwarg_layouts, style.desired_input_kwarg_layouts
+        if (kw_have is None) != (kw_want is None) or (kw_have is not None and set(kw_have) != set(kw_want)):
+            raise ParallelizeError(
+                f"{kind}: input_kwarg_layouts {kw_have!r} and desired_input_kwarg_layouts {kw_want!r} "
+                "should have the same keys; give both, one entry per keyword input to convert."
+            )
+        if have is None and kw_have is None:
+            raise ParallelizeError(
+                f"{kind}: no layouts given; pass input_layouts/desired_input_layouts (positional "
+                "inputs) or input_kwarg_layouts/desired_input_kwarg_layouts (keyword inputs)."
+            )
+    elif style.output_layouts is None:
+        raise ParallelizeError(f"{kind}: output_layouts and desired_output_layouts are required, one entry per output.")
+
+
+def _convert(x, h, w, ref, kind: str, name: str, what: str, field: str, use_local: bool, fix: str):
+    """``x`` laid out ``h`` (a plain tensor: this rank's part) redistributed to ``w``."""
+    if isinstance(x, ShardedTensor) and not is_compiling() and x._kit_ctx.placements != (_dim(h, x.dim()),):
+        raise ParallelizeError(
+            f"{kind} on {name!r}: {what} is a ShardedTensor with placements "
+            f"{render(x.placements)} but {field} says {h!r}; {fix}"
+        )
+    y = _to_sharded(x, ref, h, w, kind, name, what)
+    return to_local(y) if use_local else y
 
 
 def _convert_all(values: list, have, want, ref, kind: str, name: str, side: str, use_local: bool, fix: str) -> None:
     """Redistribute ``values[i]`` from ``have[i]`` to ``want[i]`` in place (None: left alone)."""
     for i, (h, w) in enumerate(zip(have, want)):
-        if h is None:
-            continue
-        x = values[i]
-        if isinstance(x, ShardedTensor) and not is_compiling() and x._kit_ctx.placements != (_dim(h, x.dim()),):
+        if h is not None:
+            field = f"{side}_layouts[{i}]"
+            values[i] = _convert(values[i], h, w, ref, kind, name, f"{side} {i}", field, use_local, fix.format(what=field))
+
+
+def _input_hook(style, ref, kind: str, name: str, use_local: bool):
+    """The forward pre-hook (with kwargs) converting a module's inputs as ``style`` says."""
+    have = _layouts(style.input_layouts, kind, "input_layouts", name)
+    want = _layouts(style.desired_input_layouts, kind, "desired_input_layouts", name)
+    kw = {k: (_one(h, kind, f"input_kwarg_layouts[{k!r}]", name) if h is not None else None,
+              _one(style.desired_input_kwarg_layouts[k], kind, f"desired_input_kwarg_layouts[{k!r}]", name))
+          for k, h in (style.input_kwarg_layouts or {}).items()}
+    fix = "make {what} match what the previous module outputs."
+
+    def pre_hook(mod, args, kwargs):
+        if have is not None:
+            if len(args) != len(have):
+                raise ParallelizeError(
+                    f"{kind} on {name!r}: module inputs and input_layouts should have same length: "
+                    f"layouts are given for {len(have)} positional inputs {render(list(have))} but the "
+                    f"module was called with {len(args)}; give one layout per positional input (None "
+                    "for an input left alone), or pass the inputs positionally."
+                )
+            args = list(args)
+            _convert_all(args, have, want, ref, kind, name, "input", use_local, fix)
+        for k, (h, w) in kw.items():
+            if h is not None and kwargs.get(k) is not None:
+                field = f"input_kwarg_layouts[{k!r}]"
+                kwargs[k] = _convert(kwargs[k], h, w, ref, kind, name, f"keyword input {k!r}", field, use_local,
+                                     f"make {field} match what the caller passes.")
+        return tuple(args), kwargs
+
+    return pre_hook
+
+
+def _output_hook(style, ref, kind: str, name: str, use_local: bool):
+    have = _layouts(style.output_layouts, kind, "output_layouts", name)
+    want = _layouts(style.desired_output_layouts, kind, "desired_output_layouts", name)
+
+    def post_hook(mod, args, out):
+        single = not isinstance(out, (tuple, list))
+        outs = [out] if single else list(out)
+        if len(outs) != len(have):
             raise ParallelizeError(
-                f"{kind} on {name!r}: {side} {i} is a ShardedTensor with placements "
-                f"{render(x.placements)} but {side}_layouts[{i}] says {h!r}; {fix.format(i=i)}"
+                f"{kind} on {name!r}: {len(have)} output layouts but the module returned "
+                f"{len(outs)} outputs; give one layout per output (None to leave one alone)."
             )
-        y = _to_sharded(x, ref, h, w, kind, name, f"{side} {i}")
-        values[i] = to_local(y) if use_local else y
+        _convert_all(outs, have, want, ref, kind, name, "output", use_local, "make {what} match the output.")
+        return outs[0] if single else type(out)(outs)
+
+    return post_hook
 
 
 @dataclass(frozen=True, kw_only=True)
 class PrepareModuleInput(ParallelStyle):
-    """Convert a module's positional inputs at its boundary: input ``i`` arrives
+    """Convert a module's inputs at its boundary: positional input ``i`` arrives
     ``input_layouts[i]`` (a plain tensor is this rank's part) and is redistributed to
     ``desired_input_layouts[i]``; ``None`` leaves an input alone (e.g. ``freqs_cis``).
+    Keyword inputs likewise, by name, with ``input_kwarg_layouts`` /
+    ``desired_input_kwarg_layouts``.
 
     Args:
-        input_layouts: one placement (or None) per positional input.
+        input_layouts: one placement (or None) per positional input; None: positional
+            inputs are left alone.
         desired_input_layouts: the same length: what the module needs.
+        input_kwarg_layouts, desired_input_kwarg_layouts: ``{keyword: placement}``, the same keys.
         use_local_output: hand the module local tensors instead of ShardedTensors (default False).
+
+    Raises:
+        ParallelizeError: (when made) layouts that do not pair up; (when the module runs) a
+            number of positional inputs other than ``len(input_layouts)``.
 
     Example:
         >>> from subclass_kit.sharded import PrepareModuleInput, Shard, Replicate
@@ -440,33 +538,17 @@ class PrepareModuleInput(ParallelStyle):
 
     input_layouts: Any = None
     desired_input_layouts: Any = None
+    input_kwarg_layouts: dict | None = None
+    desired_input_kwarg_layouts: dict | None = None
     use_local_output: bool = False
 
-    def apply(self, module: nn.Module, mesh, name: str = "module") -> nn.Module:
+    def __post_init__(self):
+        _check_pairs(self, "input")
+
+    def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
         kind = type(self).__name__
         ref = _check_mesh(mesh, kind, name)
-        have, want = _layout_pairs(self, "input", kind, name, "positional input (None for inputs left alone)")
-        for i, (h, w) in enumerate(zip(have, want)):
-            if (h is None) != (w is None):
-                raise ParallelizeError(
-                    f"{kind} on {name!r}: input {i} has input_layouts {h!r} but desired_input_layouts "
-                    f"{w!r}; give both or neither."
-                )
-        use_local = self.use_local_output
-
-        def pre_hook(mod, args):
-            if len(args) < len(have):
-                raise ParallelizeError(
-                    f"{kind} on {name!r}: layouts are given for {len(have)} positional inputs "
-                    f"{render([h for h in have])} but the module was called with {len(args)}; pass "
-                    "the inputs positionally, or give one layout per input."
-                )
-            new = list(args)
-            _convert_all(new, have, want, ref, kind, name, "input", use_local,
-                         "make input_layouts[{i}] match what the previous module outputs.")
-            return tuple(new)
-
-        module.register_forward_pre_hook(pre_hook)
+        module.register_forward_pre_hook(_input_hook(self, ref, kind, name, self.use_local_output), with_kwargs=True)
         return module
 
 
@@ -490,45 +572,83 @@ class PrepareModuleOutput(ParallelStyle):
     desired_output_layouts: Any = None
     use_local_output: bool = True
 
-    def apply(self, module: nn.Module, mesh, name: str = "module") -> nn.Module:
+    def __post_init__(self):
+        _check_pairs(self, "output")
+
+    def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
         kind = type(self).__name__
         ref = _check_mesh(mesh, kind, name)
-        have, want = _layout_pairs(self, "output", kind, name, "output")
-        use_local = self.use_local_output
+        module.register_forward_hook(_output_hook(self, ref, kind, name, self.use_local_output))
+        return module
 
-        def post_hook(mod, args, out):
-            single = not isinstance(out, (tuple, list))
-            outs = [out] if single else list(out)
-            if len(outs) != len(have):
-                raise ParallelizeError(
-                    f"{kind} on {name!r}: {len(have)} output layouts but the module returned "
-                    f"{len(outs)} outputs; give one layout per output (None to leave one alone)."
-                )
-            _convert_all(outs, have, want, ref, kind, name, "output", use_local, "make them match.")
-            return outs[0] if single else type(out)(outs)
 
-        module.register_forward_hook(post_hook)
+@dataclass(frozen=True, kw_only=True)
+class PrepareModuleInputOutput(ParallelStyle):
+    """``PrepareModuleInput`` and ``PrepareModuleOutput`` on one module: its inputs are
+    converted on the way in, its outputs on the way out.
+
+    Args:
+        input_layouts, desired_input_layouts, input_kwarg_layouts, desired_input_kwarg_layouts:
+            as ``PrepareModuleInput``.
+        use_local_input: hand the module local tensors (default False).
+        output_layouts, desired_output_layouts: as ``PrepareModuleOutput``.
+        use_local_output: return local tensors (default True).
+
+    Example:
+        >>> from subclass_kit.sharded import PrepareModuleInputOutput, Shard, Replicate
+        >>> s = PrepareModuleInputOutput(input_layouts=Shard(0), desired_input_layouts=Replicate(),
+        ...                              output_layouts=Replicate(), desired_output_layouts=Shard(1))
+        >>> s.use_local_input, s.use_local_output
+        (False, True)
+    """
+
+    input_layouts: Any = None
+    desired_input_layouts: Any = None
+    input_kwarg_layouts: dict | None = None
+    desired_input_kwarg_layouts: dict | None = None
+    use_local_input: bool = False
+    output_layouts: Any = None
+    desired_output_layouts: Any = None
+    use_local_output: bool = True
+
+    def __post_init__(self):
+        _check_pairs(self, "input")
+        _check_pairs(self, "output")
+
+    def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
+        kind = type(self).__name__
+        ref = _check_mesh(mesh, kind, name)
+        module.register_forward_pre_hook(_input_hook(self, ref, kind, name, self.use_local_input), with_kwargs=True)
+        module.register_forward_hook(_output_hook(self, ref, kind, name, self.use_local_output))
         return module
 
 
 # ---- parallelize ------------------------------------------------------------------------
 def _matches(pattern: str, name: str) -> bool:
-    # Atom by atom, as torch's parallelize_module does: "layers.*.fc1" matches "layers.0.fc1".
+    # Atom by atom, as torch's parallelize_module does: "layers.*.fc1" matches "layers.0.fc1";
+    # "" is the module itself (and only it).
+    if not pattern or not name:
+        return pattern == name
     p, n = pattern.split("."), name.split(".")
     return len(p) == len(n) and all(fnmatch.fnmatchcase(b, a) for a, b in zip(p, n))
 
 
-def parallelize(module: nn.Module, mesh, plan) -> nn.Module:
+def parallelize(module: nn.Module, mesh=None, plan=None, *, src_data_rank: int | None = 0) -> nn.Module:
     """Apply tensor-parallel styles to submodules of ``module`` in place; return it.
 
     Args:
         module: the model (same on every rank).
-        mesh: a 1-D torch ``DeviceMesh`` (or ``MeshRef``).
+        mesh: a 1-D torch ``DeviceMesh`` (or ``MeshRef``); None: the mesh of the enclosing
+            ``with mesh:`` block.
         plan: ``{submodule name or pattern: style}`` (``fnmatch`` patterns per dotted atom,
-            as torch's ``parallelize_module``), or one style for ``module`` itself.
+            as torch's ``parallelize_module``; ``""`` is ``module`` itself), or one style for
+            ``module`` itself. An empty plan, or a key that matches no submodule, warns and
+            is skipped (as torch does).
+        src_data_rank: the rank whose parameter values are distributed (default 0, as
+            torch); None: each rank's own values, without communication.
 
     Raises:
-        ParallelizeError: a name matches no submodule, or a style does not fit a module.
+        ParallelizeError: no mesh, or a style that does not fit a module.
 
     Example:
         >>> from torch import nn
@@ -538,26 +658,47 @@ def parallelize(module: nn.Module, mesh, plan) -> nn.Module:
         >>> type(mlp[0].weight).__name__, mlp[0].weight.placements
         ('ShardedTensor', (Shard(0),))
     """
+    if mesh is None:
+        mesh = current_mesh()
+        if mesh is None:
+            raise ParallelizeError(
+                f"parallelize({type(module).__name__}): no mesh given and no `with mesh:` block is "
+                "active; pass the mesh (e.g. init_device_mesh('cpu', (world,))) or call inside `with mesh:`."
+            )
     if isinstance(plan, ParallelStyle):
-        return plan.apply(module, mesh, type(module).__name__)
+        return plan.apply(module, mesh, type(module).__name__, src_data_rank=src_data_rank)
+    if not plan:
+        if plan is not None and not isinstance(plan, dict):
+            raise ParallelizeError(
+                f"parallelize: plan must map submodule names to styles (or be one style), got {type(plan).__name__}."
+            )
+        warnings.warn(
+            f"parallelize({type(module).__name__}): the plan is empty, so nothing is parallelized; "
+            "pass {submodule name: style} or one style for the whole module.",
+            UserWarning, stacklevel=2,
+        )
+        return module
     if not isinstance(plan, dict):
         raise ParallelizeError(
             f"parallelize: plan must map submodule names to styles (or be one style), got {type(plan).__name__}."
         )
-    named = [(n, m) for n, m in module.named_modules() if n]
+    named = list(module.named_modules())
     for pattern, style in plan.items():
         if not isinstance(style, ParallelStyle):
             raise ParallelizeError(
                 f"parallelize: plan[{pattern!r}] is {style!r}; use a style: ColwiseParallel(), "
-                "RowwiseParallel(), SequenceParallel(), PrepareModuleInput(...) or PrepareModuleOutput(...)."
+                "RowwiseParallel(), SequenceParallel(), PrepareModuleInput(...), PrepareModuleOutput(...) "
+                "or PrepareModuleInputOutput(...)."
             )
-        hits = [(n, m) for n, m in named if _matches(pattern, n)]
+        hits = [(n or type(module).__name__, m) for n, m in named if _matches(pattern, n)]
         if not hits:
-            names = [n for n, _ in named][:12]
-            raise ParallelizeError(
-                f"parallelize: no submodule of {type(module).__name__} matches {pattern!r}; its "
-                f"submodules are {names}{' ...' if len(named) > 12 else ''}."
+            names = [n for n, _ in named if n][:12]
+            warnings.warn(
+                f"parallelize: plan key {pattern!r} matches no submodule of {type(module).__name__}, "
+                f"skipping it; its submodules are {names}{' ...' if len(named) > 13 else ''}.",
+                UserWarning, stacklevel=2,
             )
+            continue
         for n, m in hits:
-            style.apply(m, mesh, n)
+            style.apply(m, mesh, n, src_data_rank=src_data_rank)
     return module

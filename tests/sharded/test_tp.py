@@ -19,6 +19,8 @@ from subclass_kit.sharded import (
     MeshRef,
     ParallelizeError,
     PrepareModuleInput,
+    PrepareModuleOutput,
+    Replicate,
     RowwiseParallel,
     SequenceParallel,
     Shard,
@@ -56,11 +58,17 @@ def test_layouts_that_contradict_the_module_are_refused():
     # An embedding takes replicated token ids.
     _raises(lambda: parallelize(nn.Embedding(8, 4), MeshRef.local(), RowwiseParallel(input_layouts=Shard(1))),
             "input_layouts=Shard(1)", "use input_layouts=Replicate()")
-    # PrepareModuleInput: lengths differ, or a layout for one side only.
-    _raises(lambda: PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Shard(0),)).apply(nn.Linear(2, 2), MeshRef.local(), "m"),
-            "one entry per positional input")
-    _raises(lambda: PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(None,)).apply(nn.Linear(2, 2), MeshRef.local(), "m"),
+    # PrepareModuleInput: lengths differ, or a layout for one side only -- refused when the
+    # style is made, as torch refuses them.
+    _raises(lambda: PrepareModuleInput(input_layouts=(Shard(1), None), desired_input_layouts=(Shard(0),)),
+            "PrepareModuleInput: input_layouts and desired_input_layouts should have same length",
+            "(Shard(1), None) (2 entries)", "one entry per input in both")
+    _raises(lambda: PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(None,)),
             "give both or neither")
+    _raises(lambda: PrepareModuleInput(input_kwarg_layouts={"y": Shard(0)}, desired_input_kwarg_layouts={"z": Shard(0)}),
+            "should have the same keys")
+    _raises(lambda: PrepareModuleOutput(output_layouts=(Shard(0), None), desired_output_layouts=Replicate()),
+            "PrepareModuleOutput: output_layouts and desired_output_layouts should have same length")
     # A second style on an already sharded module.
     lin = parallelize(nn.Linear(4, 4), MeshRef.local(), ColwiseParallel())
     _raises(lambda: parallelize(lin, MeshRef.local(), SequenceParallel()), "already a ShardedTensor", "duplicate plan entry")
@@ -114,7 +122,7 @@ def test_bad_input_that_needs_ranks():
     (out, *_) = world(2).run(_tp_tasks.errors, timeout=TIMEOUT)
     assert "ColwiseParallel on 'Linear'" in out["mesh"] and "parallelize every module of the model over one mesh" in out["mesh"]
     assert "input 0 is a ShardedTensor with placements (Shard(0),) but input_layouts[0] says Shard(1)" in out["contradicting layouts"]
-    assert "layouts are given for 2 positional inputs" in out["too few inputs"]
+    assert "module inputs and input_layouts should have same length: layouts are given for 2 positional inputs" in out["too few inputs"]
     assert "(Shard(0),)" in out["loss placements"] and "Shard(1)" in out["loss placements"]
 
 
@@ -173,3 +181,17 @@ def test_flagship_runs_under_torchrun_as_documented():
 def test_sequence_parallel_on_an_input_without_the_sequence_dim():
     norm = parallelize(nn.RMSNorm(4), MeshRef.local(), SequenceParallel())
     _raises(lambda: norm(torch.randn(4)), "SequenceParallel(sequence_dim=1) on 'RMSNorm'", "no dim 1", "set sequence_dim")
+
+
+def test_an_empty_plan_or_a_key_matching_nothing_warns_and_goes_on():
+    # As torch's parallelize_module: a warning, and the rest of the plan still applies.
+    with pytest.warns(UserWarning, match="the plan is empty, so nothing is parallelized"):
+        parallelize(nn.Linear(4, 4), MeshRef.local(), {})
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    with pytest.warns(UserWarning, match=r"plan key 'net0.hello' matches no submodule of Sequential, skipping it; its submodules are \['0', '1'\]"):
+        parallelize(model, MeshRef.local(), {"net0.hello": ColwiseParallel(), "0": ColwiseParallel()})
+    assert model[0].weight.placements == (Shard(0),)
+
+
+def test_the_mesh_of_a_with_block_is_the_default():
+    _raises(lambda: parallelize(nn.Linear(4, 4), plan=ColwiseParallel()), "no mesh given and no `with mesh:` block")
