@@ -12,22 +12,8 @@ from sharded import _tp_upstream_tasks
 
 pytestmark = pytest.mark.dist
 
-# Ports that fail today, with the reason their error names; this list may only shrink.
-PENDING = {
-    name: "native_layer_norm"  # LayerNorm on a sequence-sharded ShardedTensor (an op rule)
-    for name in [
-        "test_sequence_parallel_style",
-        "test_transformer_training_is_seq_parallel_True_float64",
-        "test_transformer_training_is_seq_parallel_True_float32",
-        "test_transformer_req_grad_seq_parallel_float32_thaw_all",
-        "test_transformer_req_grad_seq_parallel_float32_thaw_norm__output",
-        "test_transformer_req_grad_seq_parallel_float32_thaw_output__tok_embeddings",
-        "test_transformer_req_grad_seq_parallel_float32_thaw_norm__output__tok_embeddings",
-        "test_transformer_req_grad_seq_parallel_float32_thaw_layers_1_ffn_norm__norm__output__tok_embeddings",
-        "test_transformer_req_grad_seq_parallel_float32_thaw_layers_0_attention_wv__layers_0_feed_forward_w1__"
-        "layers_1_feed_forward_w2__layers_1_ffn_norm__output__tok_embeddings",
-    ]
-}
+# Ports that fail today, with a phrase of their error; this list may only shrink.
+PENDING: dict = {}
 
 
 @pytest.mark.parametrize("group", ["test_tp_style", "test_parallelize_api", "test_tp_examples"])
