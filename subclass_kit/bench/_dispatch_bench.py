@@ -1,5 +1,6 @@
 """Eager dispatch cost of the kit's TwoTensor beside the Python-dispatch floor and torch's
-TwoTensor, and per-call cost of a compiled function taking each.
+TwoTensor, and per-call cost of a compiled function taking each (``aot_eager``, ratios to
+torch's TwoTensor; and, unless quick, ``inductor``, ratios to the plain call).
 
 The floor is the least a wrapper subclass can do: one ``__torch_dispatch__`` that runs the
 op on its two inner tensors and wraps the first result's metadata, no aliasing fix-ups.
@@ -91,4 +92,16 @@ def run(quick: bool = False) -> list[dict]:
         calls[impl] = lambda cf=cf, x=x, y=y: cf(x, y)
     res = side_by_side(calls, rounds=rounds, min_run_time=min_run_time)
     rows += ratio_rows("compiled_call", "x*y+x", res, reference="torch TwoTensor", kinds=_KINDS)
+    if quick:
+        return rows
+    # The same call through inductor, against the plain call: what a wrapper costs around an
+    # already-compiled function (unflatten of the inputs, flatten/rebuild of the outputs).
+    calls = {}
+    for impl in ("plain", "torch TwoTensor", "kit TwoTensor"):
+        x, y = impls[impl]
+        cf = torch.compile(f, backend="inductor", fullgraph=True)
+        cf(x, y)
+        calls[impl] = lambda cf=cf, x=x, y=y: cf(x, y)
+    res = side_by_side(calls, rounds=rounds, min_run_time=min_run_time)
+    rows += ratio_rows("compiled_call inductor", "x*y+x", res, reference="plain", kinds=_KINDS)
     return rows
