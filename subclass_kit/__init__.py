@@ -7,7 +7,7 @@ This module only re-exports; what is not re-exported is private.
 from . import fallbacks as fallbacks, pytree as pytree, serialization as serialization
 from .base import WrapperTensor as WrapperTensor
 from .compiling import is_compiling as is_compiling
-from .ctx import SubclassCtx as SubclassCtx
+from .ctx import SubclassCtx as SubclassCtx, ctx_of as ctx_of
 from .errors import (
     ConstructionError as ConstructionError,
     FieldDeclarationError as FieldDeclarationError,
@@ -52,6 +52,7 @@ __all__ = [
     "serialization",
     "is_compiling",
     "SubclassCtx",
+    "ctx_of",
     "SubclassKitError",
     "FieldDeclarationError",
     "ConstructionError",

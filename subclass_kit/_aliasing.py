@@ -1,25 +1,47 @@
-"""Aliasing fix-ups for wrapper subclasses, with the per-op schema work done once.
+"""The rewrap engine: per-inner results wrapped like an input, aliased per the op's schema.
 
-torch's ``return_and_correct_aliasing`` is the reference; it re-derives what it needs from
-the schema on every call (normalizing arguments for every in-place op). Here each op gets a
-small precomputed plan, so the common cases cost a dict lookup: functional ops nothing, view
-ops one storage swap, in-place ops returning the mutated argument by position.
+torch's ``return_and_correct_aliasing`` is the reference for the aliasing; it re-derives what
+it needs from the schema on every call (normalizing arguments for every in-place op). Here
+each op gets a small precomputed plan (``OpAliasing``), so the common cases cost a dict
+lookup: functional ops nothing, view ops one storage swap, in-place ops returning the mutated
+argument by position. ``wrap_like`` and ``rewrap`` build the results through the class's
+``make`` (``_runtime.py``); ``fallbacks.map_inner``, the built-in handlers and
+``WrapperTensor.rewrap`` all wrap here.
 """
 
 from __future__ import annotations
 
+import torch
+
 from . import _compat
+from . import _instance_state as instance_state
+from .ctx import CTX_ATTR
 
-__all__ = ["correct_aliasing", "returns_input", "written_args"]
+__all__ = ["OpAliasing", "FUNCTIONAL", "plan", "correct_aliasing", "returns_input", "written_args", "wrap_like", "rewrap", "wrap_aliased"]
 
-_NONE = FUNCTIONAL = 0  # plan of a functional op: nothing to fix
 _PLANS: dict = {}
 
 
-class _Plan:
-    __slots__ = ("view_pairs", "write_args", "inplace_view", "multi", "simple_view")
+class OpAliasing:
+    """How an aten op aliases its arguments, read from its schema once (``WrapperTensor.op_aliasing``).
 
-    def __init__(self, func):
+    Attributes:
+        functional: the op neither views nor writes an argument (nothing to fix).
+        simple_view: one result viewing the first argument (``view``, ``t``, ``slice``, ...).
+        views: ``(argument index, output index)`` pairs whose output views the argument.
+        writes: ``(position, name)`` of every argument the op writes (in-place, ``out=``);
+            the op returns those arguments.
+        inplace_view: the op changes its argument's metadata in place (``t_``, ``squeeze_``).
+    """
+
+    __slots__ = ("view_pairs", "write_args", "inplace_view", "multi", "simple_view", "functional")
+
+    def __init__(self, func=None):
+        self.functional = func is None
+        if func is None:
+            self.view_pairs, self.inplace_view, self.write_args = (), False, None
+            self.multi = self.simple_view = False
+            return
         info = _compat.get_alias_info(func)
         self.view_pairs = tuple(info.read_only_alias_match_indexes)
         self.inplace_view = info.is_inplace_view_op
@@ -38,6 +60,24 @@ class _Plan:
             self.write_args = tuple(locs)
             self.multi = len(locs) > 1
 
+    @property
+    def views(self) -> tuple:
+        return self.view_pairs
+
+    @property
+    def writes(self) -> tuple:
+        return self.write_args or ()
+
+    def __repr__(self) -> str:
+        if self.functional:
+            return "OpAliasing(functional)"
+        return (f"OpAliasing(views={self.view_pairs}, writes={self.writes}, "
+                f"simple_view={self.simple_view}, inplace_view={self.inplace_view})")
+
+
+#: The plan of every functional op (one shared object: ``plan(f) is FUNCTIONAL``).
+FUNCTIONAL = _NONE = OpAliasing()
+
 
 #: ``id(func)`` of every op planned so far whose plan is a simple view (its ``_PLANS`` entry
 #: holds the op, so the id is not reused): the view fast paths test membership with an int.
@@ -47,7 +87,7 @@ SIMPLE_VIEW_IDS: set = set()
 def _plan(func):
     p = _PLANS.get(func)
     if p is None:
-        p = _Plan(func)
+        p = OpAliasing(func)
         if not p.view_pairs and p.write_args is None and not p.inplace_view:
             p = _NONE
         elif p.simple_view:
@@ -105,8 +145,16 @@ def correct_aliasing(func, args, kwargs, out, plan=None):
     return type(out)(_arg(args, kwargs, idx, name) for idx, name in w)
 
 
-def plan(func):
-    """The cached aliasing plan of ``func`` (``FUNCTIONAL`` when there is nothing to fix)."""
+def plan(func) -> OpAliasing:
+    """The cached aliasing plan of ``func`` (``FUNCTIONAL`` when there is nothing to fix).
+
+    Example:
+        >>> import torch
+        >>> plan(torch.ops.aten.add_.Tensor).writes, plan(torch.ops.aten.t.default).simple_view
+        (((0, 'self'),), True)
+        >>> plan(torch.ops.aten.add.Tensor) is FUNCTIONAL
+        True
+    """
     p = _PLANS.get(func)
     if p is None:
         p = _plan(func)
@@ -137,3 +185,79 @@ def written_args(func) -> tuple:
     if p is _NONE or p.write_args is None:
         return ()
     return p.write_args
+
+
+# ---- wrapping per-inner results ---------------------------------------------------------------
+_Tensor = torch.Tensor
+_unsafe_set = _compat.functionalize_unsafe_set
+
+
+def wrap_like(tmpl, results, state=None):
+    """Wrap per-inner results (declaration order) into ``type(tmpl)`` instances.
+
+    ``state``: declared state values the new instances share (a view's, from its base)."""
+    r0 = results[0]
+    if isinstance(r0, _Tensor):
+        kit = type(tmpl).__kit__
+        ctx = tmpl.__dict__[CTX_ATTR]
+        dtype = ctx.dtype
+        # An outer dtype that tracks the primary's (TwoTensor) follows it through the op
+        # (eq gives bool); one that differs (int8 data, float outer) is the class's own.
+        if dtype is tmpl.__dict__[kit.inner_names[0]].dtype and r0.dtype is not dtype:
+            ctx = ctx.replace(dtype=r0.dtype)
+        return kit.make(tuple(results), ctx, r0.shape, r0.stride(), r0.storage_offset(), state=state)
+    if isinstance(r0, (list, tuple)):
+        return type(r0)(wrap_like(tmpl, list(parts), state) for parts in zip(*results))
+    return r0
+
+
+def wrap_aliased(tmpl, func, args, kwargs, results, p):
+    """``wrap_like`` for an op that views or writes (plan ``p``), with the aliasing fixed."""
+    # A view shares its base's declared state (e.g. a pending wait) and its storage.
+    state = instance_state.of(tmpl) if p.view_pairs else None
+    out = wrap_like(tmpl, results, state)
+    if p.simple_view and args and args[0] is tmpl and type(out) is type(tmpl):
+        # The common view (view, t, detach, slice ...): the result aliases its input directly.
+        _unsafe_set(out, tmpl)
+        return out
+    return correct_aliasing(func, args, kwargs, out, p)
+
+
+def rewrap(tmpl, func, args, kwargs, *results):
+    """``x.rewrap(func, args, kwargs, *results)``: wrap per-inner results like ``x``, aliased per the schema.
+
+    ``results`` holds one result per inner tensor of ``x`` (declaration order; a tensor, or a
+    list/tuple of them for ops like ``split``). Each becomes an instance of ``type(x)`` with
+    ``x``'s meta values (the outer dtype follows the result when it tracks the primary's) and
+    the primary result's size and stride. When ``func`` is a view the results share ``x``'s
+    wrapper-level storage and its declared state; an in-place op returns the argument it
+    wrote. The view hook for handlers of view ops (``WrapperTensor.rewrap``).
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit.examples import TwoTensor
+        >>> x = TwoTensor(torch.ones(2, 3), torch.zeros(2, 3))
+        >>> t = torch.ops.aten.t.default
+        >>> y = x.rewrap(t, (x,), {}, x.a.t(), x.b.t())
+        >>> tuple(y.shape), y.untyped_storage()._cdata == x.untyped_storage()._cdata
+        ((3, 2), True)
+    """
+    r0 = results[0]
+    if id(func) in SIMPLE_VIEW_IDS and type(r0) is _Tensor and len(results) == 1 and args[0] is tmpl:
+        # The common view of a one-inner wrapper (it runs on every view op): the result keeps
+        # the ctx (a view keeps the dtype), shares the state and the storage.
+        if r0.dtype is tmpl.dtype:  # the outer dtype, the ctx's
+            kit = type(tmpl).__kit__
+            d = tmpl.__dict__
+            out = kit.make(results, d[CTX_ATTR], r0.shape, r0.stride(), r0.storage_offset())
+            if kit.state_order:  # instance_state.share, inline
+                od = out.__dict__
+                for n in kit.state_order:
+                    if n in d:
+                        od[n] = d[n]
+            _unsafe_set(out, tmpl)
+            return out
+    p = plan(func)
+    if p is FUNCTIONAL:
+        return wrap_like(tmpl, results)
+    return wrap_aliased(tmpl, func, args, kwargs, results, p)

@@ -1,9 +1,8 @@
-"""Building wrapper instances: the validated public path and the trusted fast path.
+"""Validated construction: ``Cls(...)`` binds and checks every argument.
 
-User construction (``BlockScaled(q, s, block=32)``) binds and checks every argument, so a
-mistake is reported where it is made. Dispatch outputs and ``__tensor_unflatten__`` come
-from parts torch or the kit already produced and take ``from_parts``, which only calls
-``_make_wrapper_subclass`` and fills the instance dict: it is on the hot path of every op.
+User construction (``BlockScaled(q, s, block=32)``) checks every argument, so a mistake is
+reported where it is made, then builds the instance with the class's ``make`` (the one
+trusted constructor, see ``_runtime.py``), as dispatch outputs and ``__tensor_unflatten__`` do.
 """
 
 from __future__ import annotations
@@ -13,51 +12,12 @@ from typing import Any
 import torch
 
 from . import _compat
-from ._pre_dispatch import maybe_record
 from .ctx import SubclassCtx
 from .errors import ConstructionError, InnerShapeError, InnerShapesKeyError, OuterArgumentError
 from .fields import MISSING, InnerField
 from ._spec import check_meta_type, check_meta_value
 
-__all__ = ["from_parts", "construct", "contiguous_strides"]
-
-_STRIDED = torch.strided
-_make = _compat.make_wrapper_subclass
-
-
-def from_parts(cls, inners, ctx, size, stride, offset, dtype, device, requires_grad=False):
-    """Trusted construction: no validation. ``inners`` is in declaration order (None = absent).
-
-    Every construction must pass here while a torch-function mode is on: that is where
-    export's pre-dispatch tracing records it. A fast path that inlines this (one per op,
-    e.g. ``sharded.tensor.wrap``) may do so only when ``torch_function_mode_enabled()`` is
-    false."""
-    if requires_grad or type(offset) is not int or offset != 0:
-        r = _compat.make_wrapper_subclass(
-            cls,
-            size,
-            strides=stride,
-            storage_offset=offset,
-            dtype=dtype,
-            device=device,
-            layout=_STRIDED,
-            requires_grad=requires_grad,
-        )
-    else:
-        # The common case passes its arguments by position: keyword parsing in
-        # _make_wrapper_subclass is a measurable part of every op's cost.
-        r = _make(cls, size, stride, None, None, dtype, _STRIDED, device)
-    d = r.__dict__
-    if len(inners) == 1:
-        d[cls._kit_inner_names[0]] = inners[0]
-    else:
-        d.update(zip(cls._kit_inner_names, inners))
-    d["_kit_ctx"] = ctx
-    if _compat.torch_function_mode_enabled():
-        # User-level code under a torch-function mode, perhaps export's pre-dispatch
-        # tracing, which must see this construction (see pre_dispatch.py).
-        maybe_record(r, inners, size, stride, offset)
-    return r
+__all__ = ["construct", "contiguous_strides"]
 
 
 def contiguous_strides(size) -> tuple:
@@ -160,8 +120,9 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
     values = {}
     for f, v in zip(spec.fields, args):
         values[f.name] = v
+    kit = cls.__kit__
     for k, v in kwargs.items():
-        if k not in cls._kit_field_index:
+        if k not in kit.field_index:
             raise ConstructionError(
                 f"{qual} got an unexpected keyword argument {k!r}. Its fields are "
                 f"{[f.name for f in spec.fields]}; the outer tensor takes size=, stride=, "
@@ -201,7 +162,7 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
             )
 
     meta_values = []
-    ok = cls._kit_checked_meta
+    ok = kit.checked_meta
     for f, default in zip(spec.meta, spec.meta_defaults):
         v = values.get(f.name, MISSING)
         if v is MISSING:
@@ -247,7 +208,8 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
     present = tuple(f.name for f, t in zip(spec.inner, inners) if t is not None)
     ctx = SubclassCtx.make(qual, spec.meta_names, tuple(meta_values), dtype, present)
     _check_inner_shapes(cls, spec, inners, size, ctx)
-    return from_parts(cls, tuple(inners), ctx, size, tuple(stride), offset, dtype, device, requires_grad)
+    return kit.make(tuple(inners), ctx, size, tuple(stride), offset, requires_grad,
+                    device=None if device == primary.device else device)
 
 
 def _check_dtype(qual: str, f: InnerField, t: torch.Tensor) -> None:

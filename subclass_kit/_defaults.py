@@ -17,7 +17,8 @@ from . import (
     _instance_state as instance_state,
     _pre_dispatch as pre_dispatch,
 )
-from ._construct import from_parts
+from ._runtime import kit_handler
+from .ctx import CTX_ATTR
 from .fallbacks import _first_wrapper, map_inner
 
 __all__ = ["builtin_handler", "is_outer_shaped"]
@@ -37,12 +38,13 @@ def is_outer_shaped(t) -> bool:
         False
     """
     cls = type(t)
-    ctx = t._kit_ctx
+    kit = cls.__kit__
+    ctx = t.__dict__[CTX_ATTR]
     key = (t.dim(), ctx)
-    cache = cls._kit_outer_shaped
+    cache = kit.outer_shaped
     hit = cache.get(key)
     if hit is None:
-        if cls.__inner_shapes__.__func__ is cls._kit_default_inner_shapes:
+        if kit.inner_shapes_are_outer():
             hit = True
         else:
             syms = tuple(sympy.Symbol(f"s{i}", positive=True, integer=True) for i in range(t.dim()))
@@ -61,32 +63,23 @@ def is_outer_shaped(t) -> bool:
 def _same_outer(func, args, kwargs, per_inner, device=None):
     """Apply ``per_inner`` to every inner tensor of args[0]; keep outer size/stride/ctx."""
     x = args[0]
-    cls = type(x)
+    kit = type(x).__kit__
     d = x.__dict__
-    inners = tuple(None if d[n] is None else per_inner(d[n]) for n in cls._kit_inner_names)
-    out = from_parts(
-        cls,
-        inners,
-        x._kit_ctx,
-        x.shape,
-        x.stride(),
-        x.storage_offset(),
-        x.dtype,
-        x.device if device is None else device,
-    )
+    inners = tuple(None if d[n] is None else per_inner(d[n]) for n in kit.inner_names)
+    out = kit.make(inners, d[CTX_ATTR], x.shape, x.stride(), x.storage_offset(), device=device)
     return aliasing.correct_aliasing(func, args, kwargs, out)
 
 
 def _detach(func, types, args, kwargs):
     # detach and alias: the hottest built-ins (autograd detaches on every saved tensor).
     x = args[0]
-    cls = type(x)
+    kit = type(x).__kit__
     d = x.__dict__
     op = _DETACH if func is aten.detach.default else func._op  # no OpOverload.__call__ frame
-    inners = tuple([None if d[n] is None else op(d[n]) for n in cls._kit_inner_names])
-    out = from_parts(cls, inners, d["_kit_ctx"], x.shape, x.stride(), x.storage_offset(), x.dtype, x.device)
+    inners = tuple([None if d[n] is None else op(d[n]) for n in kit.inner_names])
+    out = kit.make(inners, d[CTX_ATTR], x.shape, x.stride(), x.storage_offset())
     _unsafe_set(out, x)
-    if cls._kit_state_names:  # an alias shares its base's declared state
+    if kit.state_order:  # an alias shares its base's declared state
         instance_state.share(out, x)
     return out
 
@@ -95,14 +88,9 @@ _unsafe_set = _compat.functionalize_unsafe_set
 _DETACH = _compat.fast_op(aten.detach.default)
 
 
-def _share_state(out, x) -> None:
-    instance_state.share(out, x)
-
-
 def _clone(func, types, args, kwargs):
     x = args[0]
     if is_outer_shaped(x):
-
         return map_inner(func, types, args, kwargs)
     return _same_outer(func, args, kwargs, lambda t: func(t, **kwargs))
 
@@ -121,9 +109,9 @@ def _to_copy(func, types, args, kwargs):
 
 def _copy_(func, types, args, kwargs):
     dst, src = args[0], args[1]
-    if type(dst) is type(src) and dst._kit_ctx == src._kit_ctx:
-        dd, sd = dst.__dict__, src.__dict__
-        for n in type(dst)._kit_inner_names:
+    dd, sd = dst.__dict__, src.__dict__
+    if type(dst) is type(src) and dd[CTX_ATTR] == sd[CTX_ATTR]:
+        for n in type(dst).__kit__.inner_names:
             if dd[n] is not None:
                 func(dd[n], sd[n], *args[2:], **kwargs)
         return dst
@@ -149,21 +137,12 @@ def _as_strided(func, types, args, kwargs):
 
 
 def _alias_of(x):
-    cls = type(x)
-    d = x.__dict__
-    alias = torch.ops.aten.alias.default
-    inners = tuple([None if d[n] is None else alias(d[n]) for n in cls._kit_inner_names])
-    out = from_parts(cls, inners, x._kit_ctx, x.shape, x.stride(), x.storage_offset(), x.dtype, x.device)
-    _compat.functionalize_unsafe_set(out, x)
-    if cls._kit_state_names:  # an alias shares its base's declared state
-        _share_state(out, x)
-    return out
+    return _detach(aten.alias.default, (), (x,), {})
 
 
 def _view(func, types, args, kwargs):
     x = args[0]
-    if getattr(type(x), "_kit_is_wrapper", False) and is_outer_shaped(x):
-
+    if hasattr(type(x), "__kit__") and is_outer_shaped(x):
         return map_inner(func, types, args, kwargs)
 
     return type(_first_wrapper(args, kwargs)).__fallback__(func, types, args, kwargs)
@@ -180,14 +159,17 @@ _BUILTINS = {
 }
 
 
+for _h in (*_BUILTINS.values(), _view):
+    kit_handler(_h)
+
+
 def builtin_handler(cls, func):
     h = _BUILTINS.get(func)
     if h is not None:
         return h
     if isinstance(func, _compat.OpOverload) and func.is_view:
-        if cls.__inner_shapes__.__func__ is cls._kit_default_inner_shapes:
+        if cls.__kit__.inner_shapes_are_outer():
             # Every inner tensor has the outer shape by declaration: no per-call check.
-
             return map_inner
         return _view
     return None

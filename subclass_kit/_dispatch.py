@@ -11,7 +11,6 @@ extended after classes (and their subclasses) exist.
 from __future__ import annotations
 
 import logging
-import os
 import weakref
 from typing import Callable
 
@@ -21,12 +20,13 @@ from . import _compat
 from ._defaults import builtin_handler
 from .errors import HandlerResultError
 from ._opname import op_name
-from .fallbacks import raise_unsupported  # noqa: F401  (the default fallback; re-exported)
+from ._runtime import is_kit_handler
+from .fallbacks import raise_unsupported
 
-__all__ = ["registered_ops", "find_registered", "register_ops", "register_torch_functions", "resolve", "remember", "checked_handler", "torch_function", "raise_unsupported"]
+__all__ = ["registered_ops", "find_registered", "register_ops", "register_torch_functions", "resolve", "checked_handler", "torch_function"]
 
-# The logger keeps its documented name (docs/guards.md) though the module is internal.
-_log = logging.getLogger("subclass_kit._dispatch")
+# The logger keeps its documented name (docs/architecture.md) though the module is internal.
+_log = logging.getLogger("subclass_kit.dispatch")
 _ALL_CLASSES: "weakref.WeakSet[type]" = weakref.WeakSet()
 
 
@@ -41,21 +41,20 @@ def registered_ops(cls) -> dict:
     """
     out: dict = {}
     for klass in cls.__mro__:
-        for op, h in klass.__dict__.get("_kit_own_ops", {}).items():
-            out.setdefault(op, h)
+        kit = klass.__dict__.get("__kit__")
+        if kit is not None:
+            for op, h in kit.own_ops.items():
+                out.setdefault(op, h)
     return out
 
 
 def init_class(cls) -> None:
-    cls._kit_own_ops = {}
-    cls._kit_own_tf = {}
-    cls._kit_cache = {}
     _ALL_CLASSES.add(cls)
 
 
 def _clear_caches() -> None:
     for c in list(_ALL_CLASSES):
-        c._kit_cache.clear()
+        c.__dict__["__kit__"].cache.clear()
 
 
 def register_ops(cls, ops) -> Callable:
@@ -70,8 +69,9 @@ def register_ops(cls, ops) -> Callable:
             )
 
     def decorator(fn):
+        own = cls.__dict__["__kit__"].own_ops
         for op in ops:
-            cls._kit_own_ops[op] = fn
+            own[op] = fn
         _clear_caches()
         return fn
 
@@ -90,8 +90,9 @@ def register_torch_functions(cls, fns) -> Callable:
             )
 
     def decorator(fn):
+        own = cls.__dict__["__kit__"].own_tf
         for f in fns:
-            cls._kit_own_tf[f] = fn
+            own[f] = fn
         # Only classes with torch-function handlers pay for a Python __torch_function__.
         if cls.__dict__.get("__torch_function__") is None or cls.__torch_function__ is _compat.disabled_torch_function_impl:
             cls.__torch_function__ = classmethod(torch_function)
@@ -114,9 +115,10 @@ def find_registered(cls, func):
     """
     packet = getattr(func, "overloadpacket", None)
     for klass in cls.__mro__:
-        own = klass.__dict__.get("_kit_own_ops")
-        if own is None:
+        kit = klass.__dict__.get("__kit__")
+        if kit is None:
             continue
+        own = kit.own_ops
         h = own.get(func)
         if h is None and packet is not None:
             h = own.get(packet)
@@ -136,6 +138,13 @@ def _resolve(cls, func):
     if h is not None:
         return h
     fb = cls.__fallback__
+    per_op = getattr(fb, "resolve_op", None)
+    if per_op is not None:
+        # fallbacks.per_op: the fallback names the handler for this op; cached like any other.
+        h = per_op(func)
+        if h is not None:
+            return checked_handler(cls, func, h)
+        fb = raise_unsupported
     # Once per (class, op): the result is cached by resolve().
     _log.debug("%s has no handler for %s; it goes to __fallback__ (%s)", cls.__qualname__, func,
                getattr(fb, "__qualname__", fb))
@@ -146,13 +155,13 @@ def _resolve(cls, func):
 # torch converts a handler's result to the op's schema *after* __torch_dispatch__ returns, so
 # a list or a float where one Tensor is due surfaces as "Unable to cast [...] to Tensor",
 # naming neither the op, the class nor the handler. Authors' handlers are therefore wrapped,
-# once per (class, op) when resolved, in a check for the schema's return kinds. The kit's
-# own handlers and fallbacks (code in this package) return what the op returns by
-# construction and stay unwrapped: the built-in per-op path pays nothing.
+# once per (class, op) when resolved, in a check for the schema's return kinds. Trust is by
+# registration: the kit's own handlers and fallbacks (registered with _runtime.kit_handler
+# where they are defined) return what the op returns by construction, and a class that sets
+# ``__check_handlers__ = False`` vouches for every handler it registers; those stay
+# unwrapped, so their per-op path pays nothing.
 
 _Tensor = torch.Tensor
-# The kit's own handlers are those whose code lives in this package's files.
-_KIT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _tensor_like(kind: str):
@@ -186,7 +195,8 @@ def _brief(v) -> str:
 
 def checked_handler(cls, func, h):
     """``h`` wrapped in a check of its result against ``func``'s schema (authors' handlers
-    only; the kit's own are returned as they are).
+    only; the kit's own, and those of a class with ``__check_handlers__ = False``, are
+    returned as they are).
 
     Example:
         >>> import torch
@@ -202,9 +212,7 @@ def checked_handler(cls, func, h):
         ...     print(str(e).split(" (")[0], "...", "returned a list" in str(e))
         Box's handler for aten.neg.default ... True
     """
-    # A partial (a class's __op_handler__ binding an argument) is judged by its function.
-    code = getattr(getattr(h, "func", h), "__code__", None)
-    if code is not None and code.co_filename.startswith(_KIT_DIR):
+    if not cls.__check_handlers__ or is_kit_handler(h):
         return h
     kinds = _compat.op_return_types(func)
     test = None if kinds is None else _result_test(kinds)
@@ -241,18 +249,14 @@ def _result_message(cls, func, h, kinds, out) -> str:
 
 
 def resolve(cls, func):
-    """Find and cache the handler for ``func`` on ``cls`` (see the module docstring)."""
-    return remember(cls, func, _resolve(cls, func))
-
-
-def remember(cls, func, h):
-    """Cache ``h`` as ``cls``'s handler for ``func`` (until the next registration); returns ``h``.
+    """Find and cache the handler for ``func`` on ``cls`` (see the module docstring).
 
     ``__torch_dispatch__`` looks handlers up by ``id(func)``: an int hashes in C, an
     OpOverload in a Python ``__hash__``. The entry under ``func`` itself holds the op, so
-    its id is not reused while the cache knows it.
+    its id is not reused while the cache knows it. A registration clears every cache.
     """
-    cache = cls._kit_cache
+    h = _resolve(cls, func)
+    cache = cls.__kit__.cache
     cache[func] = h
     cache[id(func)] = h
     return h
@@ -261,16 +265,17 @@ def remember(cls, func, h):
 def torch_function(cls, func, types, args=(), kwargs=None):
     """``__torch_function__`` installed on classes that register torch-level handlers."""
     key = ("tf", func)
+    cache = cls.__kit__.cache
     try:
-        h = cls._kit_cache[key]
+        h = cache[key]
     except KeyError:
         h = None
         for klass in cls.__mro__:
-            own = klass.__dict__.get("_kit_own_tf")
-            if own and func in own:
-                h = own[func]
+            kit = klass.__dict__.get("__kit__")
+            if kit is not None and func in kit.own_tf:
+                h = kit.own_tf[func]
                 break
-        cls._kit_cache[key] = h
+        cache[key] = h
     if h is not None:
         return h(func, types, args, {} if kwargs is None else kwargs)
     with _compat.DisableTorchFunctionSubclass():

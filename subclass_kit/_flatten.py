@@ -20,7 +20,7 @@ import copy
 import torch
 
 from . import _compat
-from ._construct import contiguous_strides, from_parts
+from ._construct import contiguous_strides
 from .ctx import _PRESENT, SubclassCtx
 
 _SymInt = torch.SymInt
@@ -44,7 +44,8 @@ def tensor_flatten(self):
 
 
 def tensor_unflatten(cls, inner_tensors, ctx, outer_size, outer_stride):
-    inners = tuple([inner_tensors.get(n) for n in cls._kit_inner_names])
+    kit = cls.__kit__
+    inners = tuple([inner_tensors.get(n) for n in kit.inner_names])
     if torch.compiler.is_dynamo_compiling():
         # Dynamo traces this call: user code that dynamo compiles (the parametrization of
         # unwrap_tensor_subclass_parameters under strict export), or this function compiled
@@ -53,12 +54,12 @@ def tensor_unflatten(cls, inner_tensors, ctx, outer_size, outer_stride):
         # construction; it records one call of the same trusted rebuild (see graph_rebuild).
         size = None if outer_size is None else tuple(outer_size)
         stride = None if outer_stride is None else tuple(outer_stride)
-        return cls._kit_graph_rebuild(inners, ctx.owner, ctx.fields, ctx.dtype, ctx.present, size, stride)
+        return kit.graph_rebuild(inners, ctx.owner, ctx.fields, ctx.dtype, ctx.present, size, stride)
     return _unflatten(cls, inners, ctx, outer_size, outer_stride)
 
 
 def _unflatten(cls, inners, ctx, outer_size, outer_stride):
-    """The trusted rebuild (``from_parts``), honouring the outer size and stride it is given."""
+    """The trusted rebuild (the class's ``make``), honouring the outer size and stride it is given."""
     primary = inners[0]
     if outer_size is None:
         outer_size = primary.shape
@@ -68,7 +69,7 @@ def _unflatten(cls, inners, ctx, outer_size, outer_stride):
     offset = primary.storage_offset() if primary.dim() == len(outer_size) else 0
     if any(type(s) is _SymInt for s in outer_size):
         _record_relations(cls, inners, ctx, outer_size)
-    return from_parts(cls, inners, ctx, outer_size, outer_stride, offset, ctx.dtype, primary.device)
+    return cls.__kit__.make(inners, ctx, outer_size, outer_stride, offset)
 
 
 # Every class's graph_rebuild function, alive for the process: dynamo's allow_in_graph
@@ -111,7 +112,7 @@ def _record_relations(cls, inners, ctx, outer_size) -> None:
     that wrapper.
     """
     shapes = cls.__inner_shapes__(tuple(outer_size), ctx)
-    for name, t in zip(cls._kit_inner_names, inners):
+    for name, t in zip(cls.__kit__.inner_names, inners):
         if t is None or name not in shapes or hasattr(type(t), "__tensor_flatten__"):
             continue
         for got, want in zip(t.shape, shapes[name]):

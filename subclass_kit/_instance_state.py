@@ -13,13 +13,11 @@ __all__ = ["install", "of", "put", "check", "share"]
 
 
 def install(cls, spec) -> None:
-    """Give ``cls`` its state defaults as class attributes and remember the names."""
+    """Give ``cls`` its state defaults as class attributes (the names are in ``cls.__kit__``)."""
     for f in spec.state:
         if f.name in cls.__dict__:
             # The StateField specifier is replaced by the default every instance starts from.
             setattr(cls, f.name, f.default)
-    cls._kit_state_names = frozenset(f.name for f in spec.state)
-    cls._kit_state_order = tuple(f.name for f in spec.state)
 
 
 def of(x) -> dict | None:
@@ -35,7 +33,7 @@ def of(x) -> dict | None:
         >>> of(t)
         {'_tag': 'x'}
     """
-    names = type(x)._kit_state_names
+    names = type(x).__kit__.state_order
     if not names:
         return None
     d = x.__dict__
@@ -63,9 +61,10 @@ def check(cls, values: dict) -> None:
         Traceback (most recent call last):
         TypeError: Tagged has no state named ['_typo'] (declared state: ['_tag']). Declare it in the class body, e.g. `_name: object = state()`.
     """
-    if not values.keys() <= cls._kit_state_names:
-        unknown = values.keys() - cls._kit_state_names
-        declared = sorted(cls._kit_state_names) or "none"
+    names = cls.__kit__.state_names
+    if not values.keys() <= names:
+        unknown = values.keys() - names
+        declared = sorted(names) or "none"
         raise TypeError(
             f"{cls.__qualname__} has no state named {sorted(unknown)} (declared state: "
             f"{declared}). Declare it in the class body, e.g. `_name: object = state()`."
@@ -76,7 +75,7 @@ def share(out, x) -> None:
     """Give ``out`` (a fresh view or alias of ``x``, same class) the state ``x`` has set."""
     d = x.__dict__
     od = None
-    for n in type(x)._kit_state_order:
+    for n in type(x).__kit__.state_order:
         if n in d:
             if od is None:
                 od = out.__dict__

@@ -2,28 +2,23 @@
 
 A subclass declares inner tensors with ``inner()`` and constant metadata with ``meta()``;
 ``__init_subclass__`` builds one frozen spec, validates it, and wires the derived protocol
-(see ``flatten.py`` for the round-trip law), the op table (``dispatch.py``) and the
-built-in handlers (``defaults.py``).
+(see ``_flatten.py`` for the round-trip law), the op table (``_dispatch.py``), the
+built-in handlers (``_defaults.py``) and the class's runtime object ``Cls.__kit__``
+(``_runtime.py``), whose generated ``make`` builds every instance.
 """
 
 from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any, ClassVar, dataclass_transform
+from typing import Any, Callable, ClassVar, dataclass_transform
 
 import torch
 
-from . import (
-    _compat,
-    _dispatch as dispatch,
-    _flatten as flatten,
-    _instance_state as instance_state,
-    _pre_dispatch as pre_dispatch,
-)
-from . import _aliasing as aliasing, fallbacks
-from ._construct import construct, contiguous_strides, from_parts
-from .ctx import SubclassCtx
+from . import _aliasing, _compat, _dispatch, _flatten, _instance_state, _pre_dispatch
+from ._construct import construct, contiguous_strides
+from ._runtime import KitClass, default_ctx
+from .ctx import SubclassCtx, reader
 from .errors import FrozenFieldError, LocalClassWarning
 from .fields import MISSING, inner, meta, state
 from ._spec import ClassSpec, build_spec
@@ -44,9 +39,12 @@ def _meta_property(name: str):
 def _torch_replaces_inner(cls, name: str) -> bool:
     # AOTAutograd itself replaces the inner tensors of a tangent in place
     # (``setattr(x, attr, new_elem)`` when it coerces a tangent's memory format or metadata),
-    # so an inner field assigned directly from torch's own code is let through. Only reached
-    # for declared names, never on the per-op path.
-    if name not in cls._kit_inner_names:
+    # so an inner field assigned directly from torch's own code is let through. Torch's call
+    # carries no other mark than where it comes from, hence the frame inspection. It is never
+    # on a per-op path: only an assignment to a declared inner field's name reaches it (the
+    # kit's own constructor, ``make``, fills the instance dict without ``__setattr__``), and
+    # that is either torch's coercion (once per tangent) or a mistake about to raise.
+    if name not in cls.__kit__.inner_names:
         return False
     caller = sys._getframe(2).f_globals.get("__name__", "")
     return caller == "torch" or caller.startswith("torch.")
@@ -95,13 +93,19 @@ class WrapperTensor(torch.Tensor):
     """
 
     __kit_spec__: ClassVar[ClassSpec]
-    _kit_is_wrapper: ClassVar[bool] = True
+    #: The class's runtime object (spec, op table and cache, flags, ``make``); one per class.
+    __kit__: ClassVar[KitClass]
+
+    #: False: the class vouches for every handler it registers (``implements``,
+    #: ``__op_handler__``, ``__fallback__``), so their results are not checked against the
+    #: op's schema (see ``HandlerResultError``) and the per-op path pays nothing for it.
+    __check_handlers__: ClassVar[bool] = True
 
     # Subclass tensors do not take part in torch-function overrides unless they register
     # torch-level handlers (implements_torch_function installs one then).
     __torch_function__ = _compat.disabled_torch_function_impl
 
-    __fallback__ = staticmethod(dispatch.raise_unsupported)
+    __fallback__ = staticmethod(_dispatch.raise_unsupported)
 
     def __init_subclass__(cls, abstract: bool = False, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -110,12 +114,7 @@ class WrapperTensor(torch.Tensor):
             None,
         )
         spec = build_spec(cls, parent, abstract=abstract)
-        cls.__kit_spec__ = spec
-        cls._kit_inner_names = spec.inner_names
-        cls._kit_field_index = {f.name: i for i, f in enumerate(spec.fields)}
-        cls._kit_field_names = frozenset(cls._kit_field_index)
-        cls._kit_checked_meta = set()
-        cls._kit_outer_shaped = {}
+        _install_runtime(cls, spec)
         for f in spec.inner:
             if f.name in cls.__dict__:
                 delattr(cls, f.name)
@@ -123,13 +122,11 @@ class WrapperTensor(torch.Tensor):
             if f.name in cls.__dict__ and not isinstance(cls.__dict__[f.name], property):
                 setattr(cls, f.name, _meta_property(f.name))
         if "to_plain" in cls.__dict__:
-            cls.to_plain = pre_dispatch.exportable_to_plain(cls.__dict__["to_plain"])
+            cls.to_plain = _pre_dispatch.exportable_to_plain(cls.__dict__["to_plain"])
         fb = cls.__dict__.get("__fallback__")
         if fb is not None and not isinstance(fb, staticmethod):
             # A plain function in the class body would become a method; keep it plain.
             cls.__fallback__ = staticmethod(fb)
-        dispatch.init_class(cls)
-        _init_extension_surface(cls, spec)
         if "<locals>" in cls.__qualname__ and not abstract:
             warnings.warn(
                 f"{cls.__qualname__} is defined inside a function, so it is not importable by "
@@ -149,36 +146,36 @@ class WrapperTensor(torch.Tensor):
             post()
 
     # ---- declared fields are read-only after construction -----------------------------
-    # The kit's own writers (from_parts, unflatten, pickling, deepcopy) fill ``__dict__``
-    # directly, which does not pass through here, so the per-op path pays nothing. Only
-    # declared names are guarded: any other attribute stays settable.
-    _kit_field_names: ClassVar[frozenset] = frozenset()
-
+    # The kit's one writer (the class's ``make``, behind from_parts, unflatten, pickling,
+    # deepcopy and every handler's result) fills ``__dict__`` directly, which does not pass
+    # through here, so the per-op path pays nothing. Only declared names are guarded: any
+    # other attribute stays settable.
     def __setattr__(self, name: str, value: Any) -> None:
-        if name in type(self)._kit_field_names and not _torch_replaces_inner(type(self), name):
+        cls = type(self)
+        if name in cls.__kit__.field_names and not _torch_replaces_inner(cls, name):
             raise FrozenFieldError(_frozen_field_message(self, name, f"assigned a value of type {type(value).__name__}"))
         torch.Tensor.__setattr__(self, name, value)
 
     def __delattr__(self, name: str) -> None:
-        if name in type(self)._kit_field_names:
+        if name in type(self).__kit__.field_names:
             raise FrozenFieldError(_frozen_field_message(self, name, "deleted"))
         torch.Tensor.__delattr__(self, name)
 
     # ---- the derived protocol (see flatten.py) --------------------------------------
-    __tensor_flatten__ = flatten.tensor_flatten
-    __tensor_unflatten__ = classmethod(flatten.tensor_unflatten)
-    _stable_hash_for_caching = flatten.stable_hash
-    __reduce_ex__ = flatten.reduce_ex
-    __deepcopy__ = flatten.deepcopy
-    __repr__ = flatten.wrapper_repr
+    __tensor_flatten__ = _flatten.tensor_flatten
+    __tensor_unflatten__ = classmethod(_flatten.tensor_unflatten)
+    _stable_hash_for_caching = _flatten.stable_hash
+    __reduce_ex__ = _flatten.reduce_ex
+    __deepcopy__ = _flatten.deepcopy
+    __repr__ = _flatten.wrapper_repr
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        # Inlined (not a call into dispatch.py): this runs for every op on every instance.
+        # Inlined (not a call into _dispatch.py): this runs for every op on every instance.
         try:
-            h = cls._kit_cache[id(func)]  # see dispatch.remember
+            h = cls.__kit__.cache[id(func)]  # see _dispatch.resolve
         except KeyError:
-            h = dispatch.resolve(cls, func)
+            h = _dispatch.resolve(cls, func)
         return h(func, types, args, _EMPTY if kwargs is None else kwargs)
 
     @classmethod
@@ -188,7 +185,7 @@ class WrapperTensor(torch.Tensor):
         The default gives every inner tensor the outer shape. Write plain arithmetic (with
         ``symbolic.ceil_div`` etc.): it runs on ints, SymInts and sympy symbols.
         """
-        return {n: tuple(outer_size) for n in cls._kit_inner_names}
+        return {n: tuple(outer_size) for n in cls.__kit__.inner_names}
 
     @classmethod
     def __default_ctx__(cls):
@@ -250,7 +247,7 @@ class WrapperTensor(torch.Tensor):
             >>> torch.neg(Signed(torch.tensor([1.0, 2.0]))).to_plain()
             tensor([-1., -2.])
         """
-        return dispatch.register_ops(cls, ops)
+        return _dispatch.register_ops(cls, ops)
 
     @classmethod
     def implements_torch_function(cls, *fns):
@@ -268,7 +265,7 @@ class WrapperTensor(torch.Tensor):
             >>> torch.nn.functional.relu(Logged(torch.tensor([-1.0, 2.0]))).payload
             tensor([0., 2.])
         """
-        return dispatch.register_torch_functions(cls, fns)
+        return _dispatch.register_torch_functions(cls, fns)
 
     # ---- extension surface: what subclasses with more than fields build on ---------------
     # Documented in docs/authoring.md ("Beyond fields"). AsyncCollectiveTensor is built on it.
@@ -323,37 +320,14 @@ class WrapperTensor(torch.Tensor):
             >>> type(t).__name__, tuple(t.shape), t.stride()
             ('TwoTensor', (3, 2), (2, 1))
         """
-        if type(inners) is tuple and ctx is not None and offset is not None and stride is not None \
-                and size is not None:
-            # Everything given (a handler's result with its metadata already known): the
-            # per-op path of a subclass that builds its results itself, so construct's
-            # from_parts is inlined for its common case (no grad, offset 0, and no
-            # torch-function mode on: inside an op's dispatch they are off). Under a mode,
-            # from_parts is where export's pre-dispatch tracing records a construction.
-            if requires_grad or offset.__class__ is not int or offset != 0 or _tf_mode_on():
-                out = from_parts(cls, inners, ctx, size, stride, offset, ctx.dtype, inners[0].device, requires_grad)
-                d = out.__dict__
-            else:
-                # By position: (cls, size, strides, offset, memory_format, dtype, layout, device).
-                out = _make(cls, size, stride, None, None, ctx.dtype, _STRIDED, inners[0].device)
-                d = out.__dict__
-                if len(inners) == 1:
-                    d[cls._kit_inner_names[0]] = inners[0]
-                else:
-                    d.update(zip(cls._kit_inner_names, inners))
-                d["_kit_ctx"] = ctx
-            if state:
-                if not state.keys() <= cls._kit_state_names:
-                    instance_state.put(out, state)  # raises, naming the unknown names
-                d.update(state)
-            return out
+        kit = cls.__kit__
         if type(inners) is dict:
-            inners = tuple([inners.get(n) for n in cls._kit_inner_names])
-        else:
+            inners = tuple([inners.get(n) for n in kit.inner_names])
+        elif type(inners) is not tuple:
             inners = tuple(inners)
         primary = inners[0]
         if ctx is None:
-            ctx = _default_ctx(cls, primary.dtype, inners)
+            ctx = default_ctx(kit, primary.dtype, inners)
         if size is None:
             size = primary.shape
             stride = primary.stride() if stride is None else stride
@@ -361,10 +335,7 @@ class WrapperTensor(torch.Tensor):
             stride = contiguous_strides(size)
         if offset is None:
             offset = primary.storage_offset() if primary.dim() == len(size) else 0
-        out = from_parts(cls, inners, ctx, size, tuple(stride), offset, ctx.dtype, primary.device, requires_grad)
-        if state:
-            instance_state.put(out, state)
-        return out
+        return kit.make(inners, ctx, size, tuple(stride), offset, requires_grad, state=state)
 
     @classmethod
     def parts_builder(cls, ctx, /, *, size, stride, offset=0, **state):
@@ -387,76 +358,96 @@ class WrapperTensor(torch.Tensor):
         size = tuple(size)
         stride = tuple(stride)
         if state:
-            instance_state.check(cls, state)
-        from_parts_ = cls.from_parts
+            _instance_state.check(cls, state)
+        make = cls.__kit__.make
+        state = state or None
 
-        def general(*inners):
-            return from_parts_(inners, ctx, size=size, stride=stride, offset=offset, **state)
+        def build(*inners):
+            return make(inners, ctx, size, stride, offset, state=state)
 
-        names = cls._kit_inner_names
-        if offset.__class__ is not int or offset != 0 or len(names) != 1:
-            return general
-        # One inner tensor at offset 0 (what most handlers' results are): the fast branch of
-        # from_parts with its arguments bound, so a call is one _make_wrapper_subclass and
-        # the dict entries. Under a torch-function mode the general path runs (see from_parts).
-        name = names[0]
-        dtype = ctx.dtype
-        fixed = {"_kit_ctx": ctx, **state}
+        return build
 
-        def make(inner):
-            if _tf_mode_on():
-                return general(inner)
-            out = _make(cls, size, stride, None, None, dtype, _STRIDED, inner.device)
-            d = out.__dict__
-            d[name] = inner
-            d.update(fixed)
-            return out
+    @classmethod
+    def make_ctx(cls, *, dtype: torch.dtype, present: tuple | None = None, **meta_values: Any) -> SubclassCtx:
+        """A ctx of this class from meta values by name (defaults fill the rest); no validation.
 
-        return make
+        For handlers that build results with other meta values than their inputs' (a new
+        placement, a new block size) and cache the ctx: pair it with ``Cls.make``.
+        ``present`` names the inner tensors that are present (default: every inner field).
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.examples import BlockScaled
+            >>> BlockScaled.make_ctx(dtype=torch.float32, block=16)
+            BlockScaled.ctx(block=16, dtype=torch.float32)
+        """
+        spec = cls.__kit__.spec
+        unknown = [k for k in meta_values if k not in spec.meta_names]
+        if unknown:
+            raise TypeError(
+                f"{spec.qualname}.make_ctx() got {unknown[0]!r}, which is not a meta field; its "
+                f"meta fields are {list(spec.meta_names)}."
+            )
+        values = []
+        for name, default in zip(spec.meta_names, spec.meta_defaults):
+            v = meta_values.get(name, default)
+            if v is MISSING:
+                raise TypeError(f"{spec.qualname}.make_ctx() needs {name}= (the meta field has no default).")
+            values.append(v)
+        present = spec.inner_names if present is None else tuple(present)
+        return SubclassCtx.make(spec.qualname, spec.meta_names, tuple(values), dtype, present)
+
+    @classmethod
+    def ctx_reader(cls, *names: str) -> Callable[[Any], Any]:
+        """``read(x)``: meta values of an instance by name, with the lookup done once, here.
+
+        One name: ``read(x)`` is that value; several: a tuple in the order given. For
+        handlers that read the same fields on every op (cheaper than ``ctx_of(x).<name>``).
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.examples import BlockScaled
+            >>> block_of = BlockScaled.ctx_reader("block")
+            >>> block_of(BlockScaled.from_float(torch.ones(64, 2), block=16))
+            16
+        """
+        spec = cls.__kit__.spec
+        return reader(spec.qualname, spec.meta_names, names)
+
+    #: ``Cls.make(inners, ctx, size, stride, offset=0, requires_grad=False, *, device=None,
+    #: state=None)``: the one trusted constructor, generated for each class (see
+    #: ``_runtime.build_make``); no validation, no ``__post_init__``. ``inners`` is a tuple
+    #: in declaration order (None for an absent optional inner), ``ctx`` the result's ctx
+    #: (an input's, or ``Cls.make_ctx(...)``), ``state`` a dict of declared ``state()``
+    #: values. The device is the primary inner tensor's unless ``device=`` is given.
+    make: ClassVar[Callable[..., Any]]
 
     #: ``correct_aliasing(func, args, kwargs, out)``: what a handler of ``func`` returns for
     #: ``out`` so that aliasing follows the op's schema (a view shares its input's wrapper-level
     #: storage; an in-place or ``out=`` op returns the argument it wrote). See ``aliasing.py``.
-    correct_aliasing = staticmethod(aliasing.correct_aliasing)
+    correct_aliasing = staticmethod(_aliasing.correct_aliasing)
+
+    #: ``op_aliasing(func)``: how ``func`` aliases its arguments, read once from its schema
+    #: (an ``OpAliasing``: ``.functional``, ``.simple_view``, ``.views``, ``.writes``,
+    #: ``.inplace_view``), for handlers that take a fast path per kind of op.
+    op_aliasing = staticmethod(_aliasing.plan)
 
     #: ``x.rewrap(func, args, kwargs, *results)``: the view hook for handlers of view ops
-    #: (see ``fallbacks.rewrap``; bound here without a wrapper: it runs on every view op).
-    rewrap = fallbacks.rewrap
+    #: (see ``_aliasing.rewrap``; bound here without a wrapper: it runs on every view op).
+    rewrap = _aliasing.rewrap
 
 
-_make = _compat.make_wrapper_subclass
-_STRIDED = torch.strided
-_tf_mode_on = _compat.torch_function_mode_enabled
+def _install_runtime(cls, spec) -> None:
+    """Give ``cls`` its spec, its runtime object and its generated ``make``."""
+    cls.__kit_spec__ = spec
+    kit = cls.__kit__ = KitClass(cls, spec, _DEFAULT_INNER_SHAPES)
+    cls.make = staticmethod(kit.make)
+    _instance_state.install(cls, spec)
+    kit.graph_rebuild = _flatten.graph_rebuild(cls)
+    _dispatch.init_class(cls)
 
 
-def _init_extension_surface(cls, spec) -> None:
-    instance_state.install(cls, spec)
-    cls._kit_default_ctxs = {}
-    cls._kit_graph_rebuild = staticmethod(flatten.graph_rebuild(cls))
-
-
-def _default_ctx(cls, dtype, inners):
-    present = tuple([n for n, t in zip(cls._kit_inner_names, inners) if t is not None])
-    ctxs = cls._kit_default_ctxs
-    c = ctxs.get((dtype, present))
-    if c is None:
-        spec = cls.__kit_spec__
-        if MISSING in spec.meta_defaults:
-            raise TypeError(
-                f"{spec.qualname}.from_parts needs ctx=: the meta fields "
-                f"{[n for n, d in zip(spec.meta_names, spec.meta_defaults) if d is MISSING]} "
-                "have no defaults. Pass another instance's ctx, or build the instance with "
-                f"{spec.qualname}(...)."
-            )
-        c = ctxs[(dtype, present)] = SubclassCtx.make(
-            spec.qualname, spec.meta_names, spec.meta_defaults, dtype, present
-        )
-    return c
-
-
-WrapperTensor.__kit_spec__ = ClassSpec("WrapperTensor", (), (), (), (), (), ())
-WrapperTensor._kit_default_inner_shapes = WrapperTensor.__dict__["__inner_shapes__"].__func__
-dispatch.init_class(WrapperTensor)
-_init_extension_surface(WrapperTensor, WrapperTensor.__kit_spec__)
+_DEFAULT_INNER_SHAPES = WrapperTensor.__dict__["__inner_shapes__"].__func__
+_install_runtime(WrapperTensor, ClassSpec("WrapperTensor", (), (), (), (), (), ()))
 # The dispatcher runs ops; it is never a graph of its own (see _compat.never_compile_frames).
 _compat.never_compile_frames(WrapperTensor.__dict__["__torch_dispatch__"].__func__)

@@ -13,11 +13,15 @@ from typing import Any
 import torch
 from guards._canonical import canonical as _canonical
 
-__all__ = ["SubclassCtx", "canonical_value"]
+__all__ = ["SubclassCtx", "canonical_value", "ctx_of", "reader"]
 
-# Layout of the tuple. Private to this module: everyone else reads a ctx by name
-# (``ctx.present``, ``ctx.values``, ``ctx.<field>``).
+# Layout of the tuple. Private to this module (and the kit's generated constructor, which
+# reads the dtype by index): everyone else reads a ctx by name (``ctx.present``,
+# ``ctx.<field>``, ``Cls.ctx_reader(...)``).
 _OWNER, _NAMES, _VALUES, _DTYPE, _PRESENT = range(5)
+
+#: The instance attribute holding a wrapper's ctx (written only by the kit's ``make``).
+CTX_ATTR = "_kit_ctx"
 
 # Attributes of the ctx itself; meta fields may not take these names.
 RESERVED = frozenset(
@@ -135,6 +139,70 @@ class SubclassCtx(tuple):
 
     def __copy__(self):
         return self
+
+
+def ctx_of(x: torch.Tensor) -> "SubclassCtx":
+    """The ctx of a ``WrapperTensor`` instance (what ``x.__tensor_flatten__()[1]`` returns).
+
+    Read a field of it by name: ``ctx_of(x).block``; for the same reads on every op, make a
+    reader once with ``Cls.ctx_reader(...)``.
+
+    Example:
+        >>> import torch
+        >>> from subclass_kit.examples import BlockScaled
+        >>> b = BlockScaled.from_float(torch.ones(64, 2), block=32)
+        >>> ctx_of(b).block, ctx_of(b) == b.__tensor_flatten__()[1]
+        (32, True)
+    """
+    try:
+        return x._kit_ctx  # CTX_ATTR; an attribute read, which dynamo traces
+    except AttributeError:
+        raise TypeError(
+            f"ctx_of() takes an instance of a WrapperTensor subclass, got {type(x).__name__}."
+        ) from None
+
+
+def reader(owner: str, meta_names: tuple, names: tuple) -> Any:
+    """``read(x)``: the meta values ``names`` of a wrapper ``x`` by name (``Cls.ctx_reader``).
+
+    The positions are looked up once, here; a call is two tuple indexings.
+    """
+    if not names:
+        raise TypeError(f"{owner}.ctx_reader() needs at least one meta field name, e.g. ctx_reader({meta_names[:1]!r})")
+    unknown = [n for n in names if n not in meta_names]
+    if unknown:
+        raise AttributeError(
+            f"{owner} has no meta field {unknown[0]!r}; its meta fields are {list(meta_names)}."
+        )
+    idx = [meta_names.index(n) for n in names]
+    # Plain attribute reads and tuple indexing (no itemgetter): dynamo traces these readers
+    # when a handler or a module hook runs under torch.compile.
+    if len(idx) == 1:
+        (i,) = idx
+
+        def read(x):
+            return tuple.__getitem__(x._kit_ctx, _VALUES)[i]
+    elif idx == list(range(len(meta_names))):
+        # Every meta field in declaration order: the values tuple itself.
+        def read(x):
+            return tuple.__getitem__(x._kit_ctx, _VALUES)
+    elif len(idx) == 2:
+        i, j = idx
+
+        def read(x):
+            values = tuple.__getitem__(x._kit_ctx, _VALUES)
+            return values[i], values[j]
+    else:
+        idx = tuple(idx)
+
+        def read(x):
+            values = tuple.__getitem__(x._kit_ctx, _VALUES)
+            return tuple([values[i] for i in idx])
+
+    read.__name__ = "read_" + "_".join(names)
+    read.__qualname__ = f"{owner}.ctx_reader{names!r}"
+    read.__doc__ = f"The meta value(s) {', '.join(names)} of a {owner} (see ctx_reader)."
+    return read
 
 
 def _rebuild_ctx(items):

@@ -6,7 +6,7 @@ from functools import partial
 
 import torch
 
-from .. import WrapperTensor, _compat, fallbacks, inner, state
+from .. import WrapperTensor, _compat, inner, state
 from .errors import CollectiveError
 
 __all__ = ["AsyncCollectiveTensor", "Pending"]
@@ -65,6 +65,7 @@ class AsyncCollectiveTensor(WrapperTensor):
         ('AsyncCollectiveTensor', False, 'Tensor', True)
     """
 
+    __check_handlers__ = False  # its handlers below return what each op's schema says
     elem: torch.Tensor = inner()
     _pending: Pending | None = state(doc="the wait this instance shares with its views; None once waited")
 
@@ -140,7 +141,7 @@ def _viewer(op):  # op: _compat.fast_op(func); a closure, not a partial: this ru
             out = op(*[_plain(x, False) for x in args], **{k: _plain(v, False) for k, v in kwargs.items()})
         if a._pending is None and type(a.elem) is _FT:
             return out  # in a functionalized trace the input was waited at the top: views are plain
-        return fallbacks.rewrap(a, func, args, kwargs, out)
+        return a.rewrap(func, args, kwargs, out)
     return view
 
 

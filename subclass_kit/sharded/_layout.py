@@ -11,10 +11,19 @@ from __future__ import annotations
 
 from symbolic import ceil_div, sym_max, sym_min
 
-from .._construct import contiguous_strides  # noqa: F401  (re-exported: layouts name their strides)
 from .placements import Shard
 
 __all__ = ["chunk_size", "chunk_start", "local_shape", "even_global_shape", "contiguous_strides"]
+
+
+def contiguous_strides(size) -> tuple:
+    """Row-major strides for ``size`` (works on SymInts)."""
+    strides = []
+    acc = 1
+    for s in reversed(tuple(size)):
+        strides.append(acc)
+        acc = acc * s
+    return tuple(reversed(strides))
 
 
 def chunk_size(n, k: int, c: int):

@@ -21,6 +21,7 @@ import torch.nn.functional as F
 
 from .. import collectives as _coll
 from .. import _compat
+from ..ctx import ctx_of
 from ._comm import waited
 from .convert import from_local, redistribute, to_local
 from .errors import PlacementError
@@ -95,7 +96,7 @@ def _layout(input: ShardedTensor, cdim: int) -> tuple:
     """``(tp mesh dim, target placements, summed-loss placements)`` of class-sharded logits,
     or PlacementError."""
     where = "loss_parallel cross_entropy"
-    c = input._kit_ctx
+    c = ctx_of(input)
     pl = c.placements
     tp = [i for i, p in enumerate(pl) if p == Shard(cdim)]
     if len(tp) != 1:
@@ -146,7 +147,7 @@ def _vocab_ce(input, target, weight, ignore_index: int, reduction: str):
     where = "loss_parallel cross_entropy"
     if not isinstance(input, ShardedTensor):
         raise TypeError(f"{where}: the logits must be a ShardedTensor, got {type(input).__name__}.")
-    c = input._kit_ctx
+    c = ctx_of(input)
     cdim = 1 if input.dim() >= 2 else 0
     tp, target_pl, sum_pl = _layout(input, cdim)
     if reduction == "mean" and c.mesh.ndim > 1:

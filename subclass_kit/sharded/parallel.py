@@ -94,9 +94,9 @@ def _to_sharded(x, ref, layout: Placement, desired: Placement, kind: str, name: 
     if isinstance(x, ShardedTensor):
         # Checked eagerly; under torch.compile the metadata is not read here (redistribute
         # itself refuses another mesh).
-        if not is_compiling() and x._kit_ctx.mesh != ref:
+        if not is_compiling() and x.mesh != ref:
             raise ParallelizeError(
-                f"{kind} on {name!r}: {what} lives on {x._kit_ctx.mesh} but the module was "
+                f"{kind} on {name!r}: {what} lives on {x.mesh} but the module was "
                 f"parallelized over {ref}; parallelize every module of the model over one mesh, "
                 "or redistribute the input onto it first."
             )
@@ -129,7 +129,7 @@ def _finish(out, ref, layout: Placement, use_local: bool, kind: str, name: str):
     layout = _dim(layout, out.dim())
     if (
         use_local and type(layout) is Shard and not is_compiling() and ref.size() > 1
-        and out._kit_ctx.placements[0] == Partial("sum") and out.shape[layout.dim] % ref.size() == 0
+        and out.placements[0] == Partial("sum") and out.shape[layout.dim] % ref.size() == 0
     ):
         # Partial -> Shard handed out as a local: issue the reduce-scatter and return it
         # pending (an AsyncCollectiveTensor), so the wait happens at the first use -- at the
@@ -171,9 +171,9 @@ def _local_lookup(module, ids, ref, p, coord):
 def _embedding_forward(self, ids):
     ref, placement, coord, kind, name = self._kit_tp
     if isinstance(ids, ShardedTensor):
-        if not is_compiling() and ids._kit_ctx.mesh != ref:
+        if not is_compiling() and ids.mesh != ref:
             raise ParallelizeError(
-                f"{kind} on {name!r}: the token ids live on {ids._kit_ctx.mesh} but the module was "
+                f"{kind} on {name!r}: the token ids live on {ids.mesh} but the module was "
                 f"parallelized over {ref}; use one mesh."
             )
         ids = to_local(redistribute(ids, ref, [Replicate()]))
@@ -446,7 +446,7 @@ def _check_pairs(style, side: str) -> None:
 
 def _convert(x, h, w, ref, kind: str, name: str, what: str, field: str, use_local: bool, fix: str):
     """``x`` laid out ``h`` (a plain tensor: this rank's part) redistributed to ``w``."""
-    if isinstance(x, ShardedTensor) and not is_compiling() and x._kit_ctx.placements != (_dim(h, x.dim()),):
+    if isinstance(x, ShardedTensor) and not is_compiling() and x.placements != (_dim(h, x.dim()),):
         raise ParallelizeError(
             f"{kind} on {name!r}: {what} is a ShardedTensor with placements "
             f"{render(x.placements)} but {field} says {h!r}; {fix}"

@@ -11,8 +11,7 @@ from .. import _compat
 from .. import collectives as _coll
 from ..base import WrapperTensor
 from ..compiling import is_compiling
-from .._construct import construct
-from ..ctx import SubclassCtx
+from ..ctx import SubclassCtx, ctx_of
 from ..fields import inner, meta, state
 from ._comm import waited
 from .errors import MeshError, ShardShapeError
@@ -21,7 +20,8 @@ from .mesh import MeshRef, mesh_ref
 from .placements import Partial, Replicate, Shard, normalize_placements, render
 from ._redistribute import redistribute_local
 
-__all__ = ["ShardedTensor", "wrap", "wrap_out_spec", "out_spec", "Out", "spec", "from_local", "to_local", "redistribute"]
+__all__ = ["ShardedTensor", "wrap", "wrap_out_spec", "out_spec", "Out", "spec", "placements_of", "from_local", "to_local",
+           "redistribute"]
 
 
 class ShardedTensor(WrapperTensor):
@@ -62,6 +62,9 @@ class ShardedTensor(WrapperTensor):
 
     # The ctx's value types, for serialization.allow (torch.load(weights_only=True)).
     __safe_globals__ = (MeshRef, Shard, Replicate, Partial)
+    # The op rules (sharded/_ops) return what each op's schema says, tested op by op: their
+    # results are not checked again on every call.
+    __check_handlers__ = False
 
     def __new__(cls, local, mesh, placements, coord=None, *, size=None, stride=None, requires_grad=None):
         # Takes a DeviceMesh and any placements sequence, normalized here, so the ctx only
@@ -74,7 +77,7 @@ class ShardedTensor(WrapperTensor):
         if size is not None:
             kwargs["size"] = size
             kwargs["stride"] = stride
-        return construct(cls, (local, ref, pl, coord), kwargs)
+        return super().__new__(cls, local, ref, pl, coord, **kwargs)
 
     @classmethod
     def __inner_shapes__(cls, outer_size, ctx):
@@ -167,7 +170,7 @@ class ShardedTensor(WrapperTensor):
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
         if expected_type is not None and expected_type is not type(self):
             return super().__coerce_same_metadata_as_tangent__(expected_metadata, expected_type)
-        ctx = self._kit_ctx
+        ctx = ctx_of(self)
         if expected_metadata == ctx:
             return self
         try:
@@ -190,23 +193,20 @@ class ShardedTensor(WrapperTensor):
         ]
 
 
-def spec(x) -> tuple:
-    """``(mesh, placements, coord)`` of a ShardedTensor: the ctx's meta values, read without
-    the per-name attribute lookup (the op handlers read them on every call)."""
-    return x._kit_ctx.values
-
+#: ``mesh, placements, coord = spec(x)``: the meta values of a ShardedTensor, read by name
+#: with the lookup done once (the op handlers read them on every call).
+spec = ShardedTensor.ctx_reader("mesh", "placements", "coord")
+#: ``placements_of(x)``: the placements of a ShardedTensor.
+placements_of = ShardedTensor.ctx_reader("placements")
 
 _CTXS: dict = {}
-_QUAL = ShardedTensor.__kit_spec__.qualname
-_NAMES = ShardedTensor.__kit_spec__.meta_names
-_PRESENT = ("local",)
 
 
 def _ctx(mesh, placements, coord, dtype) -> SubclassCtx:
     key = (mesh, placements, coord, dtype)
     c = _CTXS.get(key)
     if c is None:
-        c = _CTXS[key] = SubclassCtx.make(_QUAL, _NAMES, (mesh, placements, coord), dtype, _PRESENT)
+        c = _CTXS[key] = ShardedTensor.make_ctx(dtype=dtype, mesh=mesh, placements=placements, coord=coord)
     return c
 
 
@@ -260,7 +260,7 @@ class Out(NamedTuple):
     stride: tuple
     offset: Any
     sig: Any
-    kw: dict  # the keyword arguments of ShardedTensor.from_parts for such a result
+    state: dict  # the declared state of such a result (its signature number)
 
 
 def out_spec(mesh, placements, coord, shape, stride, dtype, offset=0) -> Out:
@@ -269,21 +269,21 @@ def out_spec(mesh, placements, coord, shape, stride, dtype, offset=0) -> Out:
     stride = stride if type(stride) is tuple else tuple(stride)
     ctx = _ctx_fast(mesh, placements, coord, dtype)
     sig = sig_of(ctx, shape, stride, offset)
-    return Out(ctx, shape, stride, offset, sig, {"size": shape, "stride": stride, "offset": offset, "_sig": sig})
+    return Out(ctx, shape, stride, offset, sig, {"_sig": sig})
 
 
 def wrap_out_spec(local, out: Out) -> ShardedTensor:
     """A result from its local and its precomputed :class:`Out` (the per-op path)."""
-    return _from_parts((local,), out.ctx, **out.kw)
+    return _make((local,), out.ctx, out.shape, out.stride, out.offset, state=out.state)
 
 
 def wrap(local, mesh, placements, coord, shape, stride, dtype=None, offset=0, requires_grad=False) -> ShardedTensor:
     """Trusted construction (no checks): the dispatch and conversion paths use it."""
     o = out_spec(mesh, placements, coord, shape, stride, local.dtype if dtype is None else dtype, offset)
-    return _from_parts((local,), o.ctx, requires_grad=requires_grad, **o.kw)
+    return _make((local,), o.ctx, o.shape, o.stride, o.offset, requires_grad, state=o.state)
 
 
-_from_parts = ShardedTensor.from_parts
+_make = ShardedTensor.make
 
 
 def relayout(x: ShardedTensor, placements: tuple, shape=None, stride=None) -> ShardedTensor:
@@ -293,11 +293,11 @@ def relayout(x: ShardedTensor, placements: tuple, shape=None, stride=None) -> Sh
     the trace's inputs (a backward passes its forward's): under dynamic shapes a tangent's
     outer sizes are symbols the traced graph cannot compute, and a gather needs them.
     """
-    ctx = x._kit_ctx
+    mesh, current, coord = spec(x)
     shape = x.shape if shape is None else shape
     stride = x.stride() if stride is None else stride
-    local = redistribute_local(x.local, ctx.mesh, ctx.coord, ctx.placements, tuple(placements), shape)
-    return wrap(local, ctx.mesh, tuple(placements), ctx.coord, shape, stride, x.dtype)
+    local = redistribute_local(x.local, mesh, coord, current, tuple(placements), shape)
+    return wrap(local, mesh, tuple(placements), coord, shape, stride, x.dtype)
 
 
 def describe(x: ShardedTensor) -> str:
@@ -306,10 +306,6 @@ def describe(x: ShardedTensor) -> str:
         f"ShardedTensor(global {tuple(x.shape)}, local {tuple(x.local.shape)}, placements "
         f"{render(x.placements)})"
     )
-
-
-# spec() returns the meta values in declaration order, which its callers unpack.
-assert ShardedTensor.__kit_spec__.meta_names == ("mesh", "placements", "coord")
 
 
 def _register_compile_constants() -> None:
@@ -422,8 +418,8 @@ class _FromLocal(torch.autograd.Function):
         # A gradient of a Partial input is the gradient of the sum: the same for every operand.
         target = tuple(Replicate() if type(p) is Partial else p for p in placements)
         if isinstance(grad, ShardedTensor):
-            g = grad._kit_ctx
-            return redistribute_local(grad.local, mesh, coord, g.placements, target, grad.shape), None, None, None, None, None
+            return (redistribute_local(grad.local, mesh, coord, placements_of(grad), target, grad.shape),
+                    None, None, None, None, None)
         # A plain (global) gradient: keep this rank's part of it.
         full = (Replicate(),) * len(placements)
         return redistribute_local(grad, mesh, coord, full, target, grad.shape), None, None, None, None, None
@@ -432,8 +428,8 @@ class _FromLocal(torch.autograd.Function):
 class _ToLocal(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, grad_placements):
-        c = x._kit_ctx
-        ctx.spec = (c.mesh, grad_placements or c.placements, c.coord, x.shape, x.stride(), x.dtype)
+        mesh, placements, coord = spec(x)
+        ctx.spec = (mesh, grad_placements or placements, coord, x.shape, x.stride(), x.dtype)
         return x.local.view_as(x.local)
 
     @staticmethod
@@ -447,9 +443,8 @@ class _ToLocal(torch.autograd.Function):
 class _Redistribute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, placements, async_op=False):
-        c = x._kit_ctx
-        ctx.src = c.placements
-        ctx.where = (c.mesh, c.coord, x.shape, x.stride())
+        mesh, ctx.src, coord = spec(x)
+        ctx.where = (mesh, coord, x.shape, x.stride())
         if async_op:
             from ._comm import async_op as pending
 
@@ -465,7 +460,7 @@ class _Redistribute(torch.autograd.Function):
             mesh, coord, shape, stride = ctx.where
             return wrap(redistribute_local(grad, mesh, coord, (Replicate(),) * len(target), target, shape),
                         mesh, target, coord, shape, stride, grad.dtype), None, None
-        if grad._kit_ctx.placements == target:
+        if placements_of(grad) == target:
             return grad, None, None
         # The forward's global shape, not the tangent's: under dynamic shapes the tangent's
         # outer sizes are fresh symbols the backward graph has no input for (a gather's
@@ -511,23 +506,23 @@ def _to_local(x, grad_placements):
         raise TypeError(f"to_local() needs a ShardedTensor, got {type(x).__name__}.")
     if grad_placements is not None:
         grad_placements = normalize_placements(
-            grad_placements, x._kit_ctx.mesh.ndim, x.dim(), what="ShardedTensor.to_local(grad_placements=)"
+            grad_placements, x.mesh.ndim, x.dim(), what="ShardedTensor.to_local(grad_placements=)"
         )
     return _ToLocal.apply(x, grad_placements)
 
 
 @_compat.allow_in_graph
 def _redistribute(x, ref, placements, async_op=False):
-    c = x._kit_ctx
-    if ref is not None and ref != c.mesh:
+    mesh, current, _ = spec(x)
+    if ref is not None and ref != mesh:
         raise MeshError(
-            f"ShardedTensor.redistribute: the tensor lives on {c.mesh} but mesh={ref} was given; "
+            f"ShardedTensor.redistribute: the tensor lives on {mesh} but mesh={ref} was given; "
             "moving between meshes is not supported. Pass the tensor's own mesh (or None)."
         )
-    pl = c.placements if placements is None else normalize_placements(
-        placements, c.mesh.ndim, x.dim(), what="ShardedTensor.redistribute"
+    pl = current if placements is None else normalize_placements(
+        placements, mesh.ndim, x.dim(), what="ShardedTensor.redistribute"
     )
-    if pl == c.placements:
+    if pl == current:
         return x
     return _Redistribute.apply(x, pl, bool(async_op))
 

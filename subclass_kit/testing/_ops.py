@@ -131,7 +131,7 @@ def _registered_ops(cls) -> set:
     """Aten ops a kit class (or a parent) registered with ``implements``."""
     from .._dispatch import registered_ops
 
-    if not hasattr(cls, "_kit_own_ops"):
+    if not hasattr(cls, "__kit__"):
         return set()
     return set(registered_ops(cls))
 

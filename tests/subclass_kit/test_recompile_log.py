@@ -110,10 +110,10 @@ class FreshBlockScaled(BlockScaled):
 
 def test_fallback_and_dispatcher_log_points(caplog):
     x = FreshBlockScaled(torch.ones(64, 8, dtype=torch.int8), torch.full((2, 1), 0.5), dtype=torch.float32)
-    with caplog.at_level(logging.DEBUG, logger="subclass_kit._dispatch"):
+    with caplog.at_level(logging.DEBUG, logger="subclass_kit.dispatch"):
         x + 1
         x + 2
-    fb = [r.getMessage() for r in caplog.records if r.name == "subclass_kit._dispatch"]
+    fb = [r.getMessage() for r in caplog.records if r.name == "subclass_kit.dispatch"]
     assert fb == ["FreshBlockScaled has no handler for aten.add.Tensor; it goes to __fallback__ (to_plain)"]
 
     d = guards.GuardedDispatcher(lambda x: (lambda x: x + 1))

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ... import _compat
+from ...ctx import ctx_of
 from ..errors import MeshError, UnsupportedOpError
 from ..placements import Replicate, Shard, render
 from .._redistribute import redistribute_local
@@ -79,7 +80,7 @@ def _sig(a, numbers_by_type: bool):
     t = type(a)
     if t is ShardedTensor:
         s = a._sig
-        return (a._kit_ctx, a.shape, a.stride(), a.storage_offset()) if s is None else s
+        return (ctx_of(a), a.shape, a.stride(), a.storage_offset()) if s is None else s
     if isinstance(a, torch.Tensor):
         return (t, a.shape, a.stride(), a.storage_offset(), a.dtype, a.device)
     if t in _SEQ:
@@ -241,7 +242,7 @@ def _sym_sig(a, env: list):
         return ("sym", a.node.expr)
     t = type(a)
     if t is ShardedTensor:
-        return (a._kit_ctx, _sym_sig(tuple(a.shape), env), _sym_sig(a.stride(), env),
+        return (ctx_of(a), _sym_sig(tuple(a.shape), env), _sym_sig(a.stride(), env),
                 _sym_sig(a.storage_offset(), env))
     if isinstance(a, torch.Tensor):
         return (t, _sym_sig(tuple(a.shape), env), _sym_sig(a.stride(), env),
@@ -315,15 +316,22 @@ def fast_plan(func, meta, mesh, placements, coord):
 
     The fast path of a handler is then ``make(op(*locals))``: ``op`` is ``func``'s C++
     callable, ``make`` builds the result from its local with the ctx, size, stride, offset
-    and signature computed once per cached plan (``ShardedTensor.parts_builder``), so a hit
+    and signature computed once per cached plan (bound to ``ShardedTensor.make``), so a hit
     costs the key's dict lookup, the op and one wrapper construction.
     """
     if type(meta) is TensorMeta:
         o = out_spec(mesh, placements, coord, meta.shape, meta.stride, meta.dtype, meta.offset)
         if o.sig is not None:
-            make = ShardedTensor.parts_builder(o.ctx, size=o.shape, stride=o.stride, offset=o.offset, _sig=o.sig)
+            ctx, shape, stride, offset, state = o.ctx, o.shape, o.stride, o.offset, o.state
+
+            def make(local):
+                return _make((local,), ctx, shape, stride, offset, state=state)
+
             return _compat.fast_op(func), make
     return None
+
+
+_make = ShardedTensor.make
 
 
 def on_locals(op, make, args):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from ..placements import Partial, Replicate, Shard
-from ..tensor import ShardedTensor, spec
+from ..tensor import ShardedTensor, placements_of, spec
 from ._common import (
     TensorMeta,
     aten,
@@ -175,7 +175,7 @@ def by_positions_inplace(func, types, args, kwargs):
     rep = (Replicate(),) * mesh.ndim
     if type(dst) is ShardedTensor:
         check_writable(func, args, kwargs, dst)
-        if spec(dst)[1] != rep:
+        if placements_of(dst) != rep:
             unsupported(
                 func, args, kwargs,
                 "it writes by global positions into its first operand, which holds only a "

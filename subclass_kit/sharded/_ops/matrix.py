@@ -28,7 +28,7 @@ import math
 
 from ..placements import Partial, Replicate, Shard
 from .._redistribute import cost
-from ..tensor import ShardedTensor, spec
+from ..tensor import ShardedTensor, placements_of
 from ._common import aligned, aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
 
 __all__ = ["mm", "addmm", "bmm", "strategy"]
@@ -65,7 +65,7 @@ def _weight(t) -> float:
 
 
 def _placements(x, m: int) -> tuple:
-    return spec(x)[1] if type(x) is ShardedTensor else (Replicate(),) * m
+    return placements_of(x) if type(x) is ShardedTensor else (Replicate(),) * m
 
 
 def strategy(labels, a, b, mesh_ndim: int):
@@ -115,7 +115,7 @@ def _plan(func, args, kwargs):
         tbias = aligned(tuple(bias.shape), meta.shape, out_pl)
         if type(bias) is ShardedTensor:
             # A bias already Partial alike stays; any other joins a Partial as a masked term.
-            cur = spec(bias)[1]
+            cur = placements_of(bias)
             tbias = tuple(c if type(p) is Partial and c == p else p for p, c in zip(tbias, cur))
     fast = None
     if tbias is None and not kwargs and _stays(args[a_idx], ta) and _stays(args[a_idx + 1], tb):
@@ -128,7 +128,7 @@ def _plan(func, args, kwargs):
 def _stays(x, target) -> bool:
     """True when ``x`` is used as it is under ``target`` (no communication, no copy)."""
     if type(x) is ShardedTensor:
-        return spec(x)[1] == target
+        return placements_of(x) == target
     return all(type(p) is Replicate for p in target)
 
 

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from ... import _aliasing as aliasing
-from ..._dispatch import raise_unsupported, remember
-from ... import _compat
+from ... import _compat, fallbacks
 from ..placements import Partial, Replicate, Shard
-from ..tensor import ShardedTensor, spec
+from ..tensor import ShardedTensor, placements_of
 from ._common import TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, unsupported, wrap_out
 
 __all__ = ["pointwise", "rule_for"]
@@ -49,7 +47,7 @@ def _broadcasts(x_shape, d, out_shape, od) -> bool:
 
 def _partial_kind(func, i, ops, has_scalars) -> Partial | None:
     """The Partial the output may keep on mesh dim ``i``, or None (reduce to Replicate)."""
-    partial = [spec(x)[1][i] for _, x in ops if type(x) is ShardedTensor and type(spec(x)[1][i]) is Partial]
+    partial = [placements_of(x)[i] for _, x in ops if type(x) is ShardedTensor and type(placements_of(x)[i]) is Partial]
     if not partial:
         return None
     p = partial[0]
@@ -65,7 +63,7 @@ def _partial_kind(func, i, ops, has_scalars) -> Partial | None:
             return None  # a product of two sums is not the sum of products
         first = ops[0][1]
         if func.overloadpacket in (aten.div, aten.div_) and not (
-            type(first) is ShardedTensor and type(spec(first)[1][i]) is Partial
+            type(first) is ShardedTensor and type(placements_of(first)[i]) is Partial
         ):
             return None  # 1 / sum is not the sum of 1 / operands
         return p
@@ -81,7 +79,7 @@ def _choose(func, mesh, ops, out_shape, has_scalars) -> tuple:
         for _, x in ops:
             if type(x) is not ShardedTensor:
                 continue
-            p = spec(x)[1][i]
+            p = placements_of(x)[i]
             if type(p) is Shard:
                 od = p.dim + out_nd - x.dim()
                 if od not in taken and not _broadcasts(x.shape, p.dim, out_shape, od):
@@ -101,7 +99,7 @@ def _target(x, out_shape, out_pl, additive: bool) -> tuple:
         # A plain operand is replicated: a factor of a Partial product, or a term of a
         # Partial('avg') sum (a Partial('sum') add with a plain term is reduced first).
         return tuple(Replicate() if type(p) is Partial else p for p in t)
-    cur = spec(x)[1]
+    cur = placements_of(x)
     res = []
     for p, c in zip(t, cur):
         if type(p) is Partial:
@@ -120,12 +118,12 @@ def _plan(func, args, kwargs):
     has_scalars = any(isinstance(a, (int, float, bool, complex)) and not isinstance(a, torch.Tensor) for a in args[1:])
     meta = global_meta(func, args, kwargs)
     m0 = meta if type(meta) is TensorMeta else meta[0]
-    written = bool(aliasing.written_args(func))
+    written = bool(ShardedTensor.op_aliasing(func).writes)
     if written:
         self_ = args[0]
         if type(self_) is not ShardedTensor:
             unsupported(func, args, kwargs, "the tensor written in place is a plain tensor;")
-        out_pl = spec(self_)[1]
+        out_pl = placements_of(self_)
         for i, p in enumerate(out_pl):
             if type(p) is Partial and _partial_kind(func, i, ops, has_scalars) != p:
                 unsupported(func, args, kwargs, f"it is not linear in the Partial operand {p!r} it would update in place;")
@@ -144,7 +142,7 @@ def _plan(func, args, kwargs):
     # the result built from what the plan already knows (see pointwise below).
     fast = None
     if not written and not kwargs and all(type(a) is not list and type(a) is not tuple for a in args) and all(
-        (spec(args[w])[1] == t) if type(args[w]) is ShardedTensor else all(type(p) is Replicate for p in t)
+        (placements_of(args[w]) == t) if type(args[w]) is ShardedTensor else all(type(p) is Replicate for p in t)
         for w, t in moves
     ):
         fast = fast_plan(func, meta, mesh, out_pl, coord)
@@ -193,14 +191,9 @@ def rule_for(func):
 ShardedTensor.implements(aten._to_copy.default, aten.fill_.Scalar, aten.copy_.default, aten.clone.default)(pointwise)
 
 
-def fallback(func, types, args, kwargs):
-    """``ShardedTensor.__fallback__``: pointwise-tagged ops get the pointwise rule, others raise."""
-    h = rule_for(func)
-    if h is None:
-        return raise_unsupported(func, types, args, kwargs)
-    remember(ShardedTensor, func, h)
-    return h(func, types, args, kwargs)
-
+#: ``ShardedTensor.__fallback__``: pointwise-tagged ops get the pointwise rule (chosen once per
+#: op and cached by the dispatcher), others raise ``UnsupportedOpError``.
+fallback = fallbacks.per_op(rule_for)
 
 # Installed here, where the rule lives: ShardedTensor (the lower layer) does not import its op
 # table. ``subclass_kit.sharded`` imports this package before any op can run.

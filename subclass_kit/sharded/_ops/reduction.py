@@ -17,7 +17,7 @@ import math
 import torch
 
 from ..placements import Partial, Replicate, Shard
-from ..tensor import ShardedTensor, spec
+from ..tensor import ShardedTensor, placements_of, spec
 from ._common import aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
 
 __all__ = ["reduce", "softmax_like"]
@@ -139,7 +139,7 @@ def softmax_like(func, types, args, kwargs):
     tensors = [a for a in args[:i] if isinstance(a, ShardedTensor)]
     # Every tensor operand is brought to one layout: the first's, minus a shard on `dim`,
     # minus Partial (softmax is not linear).
-    base = spec(tensors[0])[1]
+    base = placements_of(tensors[0])
     pl = tuple(Replicate() if (type(p) is Shard and p.dim == dim) or type(p) is Partial else p for p in base)
     new = [
         move(a, pl) if type(a) is ShardedTensor else (move_plain(a, mesh, coord, pl) if isinstance(a, torch.Tensor) else a)

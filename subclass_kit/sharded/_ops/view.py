@@ -25,11 +25,10 @@ from itertools import accumulate
 from operator import mul
 
 from ... import _compat
-from ... import _aliasing as aliasing
-from ..._defaults import builtin_handler
+from ...ctx import ctx_of
 from .._layout import chunk_size
 from ..placements import Partial, Replicate, Shard
-from ..tensor import ShardedTensor, sig_of, spec
+from ..tensor import ShardedTensor, placements_of, sig_of, spec
 from ._common import TensorMeta, aten, global_meta, move, fast_plan, planned, spec_of, wrap_out
 
 __all__ = ["detach", "permute_like", "reshape_like", "expand", "along_dim", "diagonal"]
@@ -37,7 +36,7 @@ __all__ = ["detach", "permute_like", "reshape_like", "expand", "along_dim", "dia
 
 def _release(x, dims) -> tuple:
     """``x``'s local with mesh dims sharding any of ``dims`` gathered; and its placements."""
-    pl = spec(x)[1]
+    pl = placements_of(x)
     target = tuple(Replicate() if type(p) is Shard and p.dim in dims else p for p in pl)
     return move(x, target), target
 
@@ -55,7 +54,7 @@ def _finish(func, args, kwargs, local, meta, pl, gathered: bool = False):
         # A write into it would not reach the base (see check_writable).
         for o in (out if type(out) in (list, tuple) else (out,)):
             o._gathered_view = base or func
-    return aliasing.correct_aliasing(func, args, kwargs, out)
+    return ShardedTensor.correct_aliasing(func, args, kwargs, out)
 
 
 def _fast_view(fast, args):
@@ -73,8 +72,7 @@ _alias = _compat.functionalize_unsafe_set
 
 def _fast_of(func, args, kwargs, meta, pl):
     # Views only (not _unsafe_view, which returns a new tensor): the fast path aliases.
-    p = aliasing.plan(func)
-    if kwargs or p is aliasing.FUNCTIONAL or not p.simple_view:
+    if kwargs or not ShardedTensor.op_aliasing(func).simple_view:
         return None
     mesh, _, coord = spec(args[0])
     return fast_plan(func, meta, mesh, pl, coord)
@@ -96,15 +94,15 @@ def detach(func, types, args, kwargs):
 
 def _alias_decide(func, args, kwargs):
     x = args[0]
-    ctx, shape, stride = x._kit_ctx, tuple(x.shape), x.stride()
+    ctx, shape, stride = ctx_of(x), tuple(x.shape), x.stride()
     sig = sig_of(ctx, shape, stride)
     if sig is None:
         return None
-    make = ShardedTensor.parts_builder(ctx, size=shape, stride=stride, _sig=sig)
+    state = {"_sig": sig}
     op = _compat.fast_op(func)
 
     def run(x):
-        out = make(op(x.local))
+        out = _make((op(x.local),), ctx, shape, stride, 0, state=state)
         _alias(out, x)
         return out
 
@@ -112,7 +110,16 @@ def _alias_decide(func, args, kwargs):
 
 
 _alias_plan = planned(_alias_decide)
-_builtin_alias = builtin_handler(ShardedTensor, aten.detach.default)  # detach's and alias's
+_make = ShardedTensor.make
+
+
+def _builtin_alias(func, types, args, kwargs):
+    """detach/alias of any ShardedTensor: an alias of the local, the same metadata and state."""
+    x = args[0]
+    out = _make((_compat.fast_op(func)(x.local),), ctx_of(x), x.shape, x.stride(), x.storage_offset(),
+                state={"_sig": x._sig, "_gathered_view": x._gathered_view})
+    _alias(out, x)
+    return out
 
 
 def _shift(pl, fn) -> tuple:
@@ -140,7 +147,7 @@ def _permute_decide(func, args, kwargs):
             d0, d1 = (0, 1) if func is aten.t.default else (args[1] % nd, args[2] % nd)
             perm[d0], perm[d1] = perm[d1], perm[d0]
     meta = global_meta(func, args, kwargs)
-    pl = _shift(spec(x)[1], perm.index)
+    pl = _shift(placements_of(x), perm.index)
     return meta, pl, _fast_of(func, args, kwargs, meta, pl)
 
 
@@ -271,7 +278,7 @@ def expand(func, types, args, kwargs):
     x = args[0]
     meta = global_meta(func, args, kwargs)
     lead = len(meta.shape) - x.dim()
-    bad = {p.dim for p in spec(x)[1] if type(p) is Shard and x.shape[p.dim] == 1 and meta.shape[p.dim + lead] != 1}
+    bad = {p.dim for p in placements_of(x) if type(p) is Shard and x.shape[p.dim] == 1 and meta.shape[p.dim + lead] != 1}
     local, pl = _release(x, bad)
     size = list(meta.shape)
     for p in pl:
@@ -305,7 +312,7 @@ def _along_decide(func, args, kwargs):
     i = _DIM_ARG[func]
     dim = args[i] if len(args) > i else kwargs.get("dim", 0)
     dim = dim % x.dim()
-    cur = spec(x)[1]
+    cur = placements_of(x)
     target = tuple(Replicate() if type(p) is Shard and p.dim == dim else p for p in cur)
     pl = _shift(target, lambda d: d - (d > dim)) if func in _DROPS_DIM else target
     return global_meta(func, args, kwargs), target, pl
@@ -316,7 +323,7 @@ _along_plan = planned(_along_decide)
 
 def _unsqueeze_decide(func, args, kwargs):
     x, dim = args[0], args[1] % (args[0].dim() + 1)
-    return global_meta(func, args, kwargs), dim, _shift(spec(x)[1], lambda d: d + (d >= dim))
+    return global_meta(func, args, kwargs), dim, _shift(placements_of(x), lambda d: d + (d >= dim))
 
 
 _unsqueeze_plan = planned(_unsqueeze_decide)
@@ -459,7 +466,7 @@ def _cat_decide(func, args, kwargs):
     mesh, cur, coord = spec(first)
     nd = first.dim() + (func is aten.stack.default)
     dim = dim % nd
-    same_partial = [p if type(p) is not Partial or all(type(t) is ShardedTensor and spec(t)[1][i] == p for t in tensors) else Replicate()
+    same_partial = [p if type(p) is not Partial or all(type(t) is ShardedTensor and placements_of(t)[i] == p for t in tensors) else Replicate()
                     for i, p in enumerate(cur)]
     target = tuple(Replicate() if type(p) is Shard and p.dim == dim and func is aten.cat.default else p for p in same_partial)
     if func is aten.stack.default:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from .._layout import local_shape
 from ..placements import Partial, Replicate, Shard
-from ..tensor import ShardedTensor, spec
+from ..tensor import ShardedTensor, placements_of, spec
 from ._common import aten, global_meta, move, move_plain, planned, spec_of, wrap_out
 
 __all__ = ["embed_backward", "scatter_into_view"]
@@ -80,8 +80,8 @@ def _scatter_decide(func, args, kwargs):
     mesh, coord = spec_of(func, args, kwargs)
     nd = base.dim()
     dim = _arg(args, kwargs, 2, "dim", 0) % nd
-    bpl = spec(base)[1] if type(base) is ShardedTensor else (Replicate(),) * mesh.ndim
-    spl = spec(src)[1] if type(src) is ShardedTensor else (Replicate(),) * mesh.ndim
+    bpl = placements_of(base) if type(base) is ShardedTensor else (Replicate(),) * mesh.ndim
+    spl = placements_of(src) if type(src) is ShardedTensor else (Replicate(),) * mesh.ndim
     out = []
     for p, q in zip(bpl, spl):
         if type(p) is Shard and p.dim != dim:
