@@ -15,11 +15,13 @@ import torch
 
 from . import _compat
 from . import _instance_state as instance_state
-from .ctx import CTX_ATTR
+from .ctx import _DTYPE, CTX_ATTR
 
 __all__ = ["OpAliasing", "FUNCTIONAL", "plan", "correct_aliasing", "returns_input", "written_args", "wrap_like", "rewrap", "wrap_aliased"]
 
 _PLANS: dict = {}
+#: op -> its plan, for hot paths that look a planned op up inline (``PLANS.get(func)``).
+PLANS = _PLANS
 
 
 class OpAliasing:
@@ -197,13 +199,14 @@ def wrap_like(tmpl, results, state=None):
 
     ``state``: declared state values the new instances share (a view's, from its base)."""
     r0 = results[0]
-    if isinstance(r0, _Tensor):
+    if type(r0) is _Tensor or isinstance(r0, _Tensor):
         kit = type(tmpl).__kit__
-        ctx = tmpl.__dict__[CTX_ATTR]
-        dtype = ctx.dtype
+        d = tmpl.__dict__
+        ctx = d[CTX_ATTR]
+        dtype = ctx[_DTYPE]
         # An outer dtype that tracks the primary's (TwoTensor) follows it through the op
         # (eq gives bool); one that differs (int8 data, float outer) is the class's own.
-        if dtype is tmpl.__dict__[kit.inner_names[0]].dtype and r0.dtype is not dtype:
+        if r0.dtype is not dtype and dtype is d[kit.inner_names[0]].dtype:
             ctx = ctx.replace(dtype=r0.dtype)
         return kit.make(tuple(results), ctx, r0.shape, r0.stride(), r0.storage_offset(), state=state)
     if isinstance(r0, (list, tuple)):

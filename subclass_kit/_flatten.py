@@ -24,6 +24,7 @@ from ._construct import contiguous_strides
 from .ctx import _PRESENT, SubclassCtx
 
 _SymInt = torch.SymInt
+_Tensor = torch.Tensor
 
 __all__ = [
     "tensor_flatten",
@@ -67,7 +68,9 @@ def _unflatten(cls, inners, ctx, outer_size, outer_stride):
     elif outer_stride is None:
         outer_stride = contiguous_strides(outer_size)
     offset = primary.storage_offset() if primary.dim() == len(outer_size) else 0
-    if any(type(s) is _SymInt for s in outer_size):
+    # Symbolic sizes come only with traced (fake, functional) inner tensors: a plain primary
+    # (AOTAutograd rebuilding a compiled function's output at run time) skips the scan.
+    if type(primary) is not _Tensor and any(type(s) is _SymInt for s in outer_size):
         _record_relations(cls, inners, ctx, outer_size)
     return cls.__kit__.make(inners, ctx, outer_size, outer_stride, offset)
 

@@ -11,7 +11,7 @@ from typing import Callable, Optional
 
 import torch
 
-from . import _aliasing as aliasing
+from . import _aliasing as aliasing, _compat
 from ._runtime import kit_handler
 from .errors import UnsupportedOpError
 from ._opname import op_name
@@ -75,19 +75,50 @@ def map_inner(func, types, args, kwargs):
         >>> p.a.tolist(), p.b.tolist()
         ([3.0, 3.0], [0.0, 0.0])
     """
-    tmpl = args[0] if args and _is_wrapper(args[0]) else _first_wrapper(args, kwargs)
+    tmpl = args[0] if args and hasattr(type(args[0]), "__kit__") else _first_wrapper(args, kwargs)
     cls = type(tmpl)
     d = tmpl.__dict__
-    results = [
-        None if d[name] is None else func(*_swap(args, cls, name), **_swap_kw(kwargs, cls, name))
-        for name in cls.__kit__.inner_names
-    ]
-    plan = aliasing.plan(func)
-    if plan is aliasing.FUNCTIONAL:
+    names = cls.__kit__.inner_names
+    n_args = len(args)
+    if kwargs or not n_args or args[0] is not tmpl:
+        results = [
+            None if d[n] is None else func(*_swap(args, cls, n), **_swap_kw(kwargs, cls, n)) for n in names
+        ]
+    else:
+        # The wrapper first and no keywords (neg, view, add, mul, ...): the op's C++ callable
+        # (no OpOverload.__call__ frame) on each inner, the other arguments swapped inline.
+        op = _FAST_OPS.get(func) or _fast(func)
+        if n_args == 1:
+            results = [None if d[n] is None else op(d[n]) for n in names]
+        elif n_args == 2 and type(args[1]) not in _SEQ:
+            a1 = args[1]
+            d1 = a1.__dict__ if type(a1) is cls else None
+            results = [None if d[n] is None else op(d[n], a1 if d1 is None else d1[n]) for n in names]
+        else:
+            results = [None if d[n] is None else op(*_swap(args, cls, n)) for n in names]
+    plan = _PLANS.get(func) or aliasing.plan(func)
+    if plan is _FUNCTIONAL:
         return aliasing.wrap_like(tmpl, results)
     if plan.write_args is not None:
         return aliasing.correct_aliasing(func, args, kwargs, None, plan)
     return aliasing.wrap_aliased(tmpl, func, args, kwargs, results, plan)
+
+
+_PLANS = aliasing.PLANS
+_FUNCTIONAL = aliasing.FUNCTIONAL
+_FAST_OPS: dict = {}
+
+
+def _fast(func):
+    # _compat.fast_op, cached: a Tensor method for a few views (their first argument is the
+    # tensor), else the op's C++ callable. Both equal ``func`` on plain tensors.
+    op = _FAST_OPS.get(func)
+    if op is None:
+        op = _FAST_OPS[func] = _compat.fast_op(func)
+    return op
+
+
+_raw = _compat.raw_op
 
 
 def _plain(x, func):
