@@ -19,6 +19,7 @@ from subclass_kit.sharded import (
     ColwiseParallel,
     MeshRef,
     ParallelizeError,
+    Partial,
     PlacementError,
     PrepareModuleInput,
     PrepareModuleOutput,
@@ -325,4 +326,138 @@ def flagship_graphs(layers: int = 3, steps: int = 2) -> dict:
 
         out[impl] = {"frames": cnt.frame_count, "fw": [collectives(g) for g in rec.graphs["fw"]],
                      "bw": [collectives(g) for g in rec.graphs["bw"]]}
+    return out
+
+
+# ---- the Transformer TP and SP training scenarios --------------------------------------------
+def _scenario_model(seq_parallel: bool, dropout: float):
+    from sharded._tp_upstream_tasks import ModelArgs, Transformer
+
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs(dropout_p=dropout))
+    for layer in model.layers:
+        # Residual and embedding dropout stay on; attention-weight dropout is off (it would
+        # take the math attention path, which views the head-sharded operands).
+        layer.attention.dropout_p = 0.0
+    return model
+
+
+def _scenario_plan(model, mesh, seq_parallel: bool):
+    """torch's Transformer.parallelize, with the residual stream kept as ShardedTensors
+    (``use_local_output=False``) so that dropout draws the dense model's mask, and the logits
+    left vocab-sharded for loss_parallel."""
+    keep = dict(use_local_output=False)
+    if seq_parallel:
+        parallelize(model, mesh, {
+            "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1), **keep),
+            "pos_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0), **keep),
+            "norm": SequenceParallel(),
+            "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), **keep),
+            "layers.*.attention_norm": SequenceParallel(),
+            "layers.*.ffn_norm": SequenceParallel(),
+            "layers.*.attention": PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Replicate()),
+            "layers.*.attention.w[qkv]": ColwiseParallel(**keep),
+            "layers.*.attention.wo": RowwiseParallel(output_layouts=Shard(1), **keep),
+            "layers.*.feed_forward.w1": ColwiseParallel(input_layouts=Shard(1)),
+            "layers.*.feed_forward.w2": RowwiseParallel(output_layouts=Shard(1), **keep),
+        })
+    else:
+        parallelize(model, mesh, {
+            "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+            "pos_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate()),
+            "output": ColwiseParallel(output_layouts=Shard(-1), **keep),
+            "layers.*.attention.w[qkv]": ColwiseParallel(**keep),
+            "layers.*.attention.wo": RowwiseParallel(),
+            "layers.*.feed_forward.w1": ColwiseParallel(),
+            "layers.*.feed_forward.w2": RowwiseParallel(),
+        })
+    model.output.weight = model.tok_embeddings.weight  # tied, both Shard(0)
+    return model
+
+
+def transformer_scenario(seq_parallel: bool, backend: str, steps: int = 3, dropout: float = 0.1,
+                         mesh_shape: tuple | None = None) -> dict:
+    """The toy Transformer of torch's TP tests (LayerNorm, causal attention, GELU MLP,
+    embedding and residual dropout, tied output) trained with tensor parallelism (and
+    sequence parallelism) against the dense model: per step the weighted cross-entropy
+    (loss_parallel on the vocab-sharded logits), every parameter's gradient and, after an
+    Adam step, every parameter. ``backend``: "eager", or each TransformerBlock compiled
+    (fullgraph) with that backend. ``mesh_shape``: a 2-D (dp, tp) mesh: the model is
+    parallelized over "tp", the batch split over "dp", the loss computed by loss_parallel
+    on the 2-D mesh (reduction="sum": Partial over dp) and the gradients summed over dp.
+    Returns the compiled frame count and the largest loss difference."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from sharded._tp_upstream_tasks import _check_module
+
+    if mesh_shape is None:
+        mesh2d, mesh = None, _mesh()
+    else:
+        mesh2d = init_device_mesh("cpu", mesh_shape, mesh_dim_names=("dp", "tp"))
+        mesh = mesh2d["tp"]
+    dense = _scenario_model(seq_parallel, dropout)
+    tp = _scenario_plan(copy.deepcopy(dense), mesh, seq_parallel)
+    cnt = CompileCounterWithBackend(backend if backend != "eager" else "eager")
+    if backend != "eager":
+        for block in tp.layers:
+            block.compile(backend=cnt, fullgraph=True)  # in place: parameter names unchanged
+    opt, opt_tp = torch.optim.Adam(dense.parameters(), lr=0.01), torch.optim.Adam(tp.parameters(), lr=0.01)
+    vocab = dense.model_args.vocab_size
+    weight = torch.rand(vocab, generator=torch.Generator().manual_seed(1)) + 0.5
+    diffs = []
+    for step in range(steps):
+        g = torch.Generator().manual_seed(100 + step)
+        tokens, labels = torch.randint(vocab, (4, 8), generator=g), torch.randint(vocab, (4, 8), generator=g)
+        labels[0, 0] = -100  # an ignored token
+        if mesh2d is None:
+            torch.manual_seed(step)
+            ref = F.cross_entropy(dense(tokens).flatten(0, 1), labels.flatten(), weight)
+            torch.manual_seed(step)
+            logits = tp(tokens)
+            assert isinstance(logits, ShardedTensor) and logits.placements == (Shard(2),), logits
+            with loss_parallel():
+                loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), weight)
+                loss.backward()
+            got = loss
+        else:
+            # The global loss: the weighted sum over every token, over the sum of the weights.
+            total = (weight[labels.clamp(min=0)] * (labels != -100)).sum()
+            ref = F.cross_entropy(dense(tokens).flatten(0, 1), labels.flatten(), weight, reduction="sum") / total
+            dp = mesh2d["dp"]
+            n_dp, r_dp = dp.size(), dp.get_local_rank()
+            local_tokens, local_labels = tokens.chunk(n_dp)[r_dp], labels.chunk(n_dp)[r_dp]
+            logits = tp(local_tokens)
+            lifted = ShardedTensor.from_local(logits.to_local(), mesh2d, [Shard(0), Shard(2)],
+                                              shape=(tokens.shape[0], *logits.shape[1:]))
+            target = ShardedTensor.from_local(local_labels.flatten(), mesh2d, [Shard(0), Replicate()],
+                                              shape=(labels.numel(),))
+            with loss_parallel():
+                summed = F.cross_entropy(lifted.flatten(0, 1), target, weight, reduction="sum")
+                assert summed.placements == (Partial("sum"), Replicate()), summed.placements
+                (summed / total).backward()
+            got = summed.full_tensor() / total
+            # Data parallelism over "dp": each rank's gradients are of its part of the batch.
+            for p in tp.parameters():
+                if p.grad is not None:  # (norms outside sequence parallelism stay plain)
+                    g = p.grad.to_local() if isinstance(p.grad, ShardedTensor) else p.grad
+                    dist.all_reduce(g, group=dp.get_group())
+        ref.backward()
+        close(got, ref, atol=1e-5, rtol=1e-5, msg=f"loss at step {step}")
+        diffs.append(abs(got.item() - ref.item()))
+        _check_module(dense, tp, grad=True)
+        opt.step()
+        opt_tp.step()
+        _check_module(dense, tp)
+        opt.zero_grad()
+        opt_tp.zero_grad()
+    return {"frames": cnt.frame_count, "max diff": max(diffs)}
+
+
+def transformer_scenarios(cases: list) -> list:
+    """:func:`transformer_scenario` for each ``(seq_parallel, backend, steps, dropout,
+    mesh_shape)`` in ``cases``, in one spawned world."""
+    out = []
+    for case in cases:
+        torch._dynamo.reset()
+        out.append(transformer_scenario(*case))
     return out

@@ -159,6 +159,39 @@ def test_flagship_compiles_as_many_graphs_with_the_same_collectives_as_dtensor()
     assert kit["fw"][0] == {**dt["fw"][0], "wait_tensor": dt["fw"][0]["wait_tensor"] + 1}, r
 
 
+# The Transformer TP and SP training scenarios: torch's toy Transformer (LayerNorm, causal
+# attention on head-sharded q/k/v, GELU MLP, embedding and residual dropout, tied output),
+# trained 3 Adam steps with a class-weighted cross-entropy through loss_parallel; loss,
+# gradients and parameters equal the dense model's every step. Dropout (p=0.1) draws the
+# dense mask shard by shard. On the 2-D (dp, tp) meshes the batch is split over dp and
+# loss_parallel runs on the 2-D logits (dropout off there: each dp rank draws for its part).
+_SCENARIOS = {
+    "eager": [(False, "eager", 3, 0.1, None), (True, "eager", 3, 0.1, None),
+              (False, "eager", 3, 0.0, (2, 1)), (True, "eager", 3, 0.0, (2, 1)), (True, "eager", 3, 0.0, (1, 2))],
+    "aot_eager": [(False, "aot_eager", 3, 0.1, None), (True, "aot_eager", 3, 0.1, None),
+                  (True, "aot_eager", 3, 0.0, (1, 2))],
+}
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_transformer_tp_and_sp_training_match_dense(backend):
+    results = world(2).run(_tp_tasks.transformer_scenarios, _SCENARIOS[backend], timeout=TIMEOUT * 2)
+    for r in results:
+        # Compiled: each block fullgraph, the two blocks share one graph.
+        assert [s["frames"] for s in r] == [0 if backend == "eager" else 1] * len(r), r
+        assert all(s["max diff"] <= 1e-5 for s in r), r
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_transformer_sp_training_inductor():
+    # One step (a cold inductor compile is the cost); dropout off: inductor draws its own
+    # random numbers.
+    results = world(2).run(_tp_tasks.transformer_scenarios, [(True, "inductor", 1, 0.0, None)], timeout=TIMEOUT * 2)
+    assert all(r[0]["frames"] == 1 for r in results), results
+
+
 @pytest.mark.dist
 @pytest.mark.slow
 def test_flagship_llama_inductor():

@@ -1,6 +1,6 @@
-"""In-place random fills (``bernoulli_``, ``uniform_``, ``normal_``): what dropout runs
-(``empty_like(x).bernoulli_(1 - p)``), so dropout under ``SequenceParallel`` gives the dense
-model's mask.
+"""In-place random fills (``bernoulli_``, ``uniform_``, ``normal_``) and ``native_dropout``:
+what dropout runs (eagerly ``empty_like(x).bernoulli_(1 - p)``, under torch.compile
+``native_dropout``), so dropout under ``SequenceParallel`` gives the dense model's mask.
 
 Each rank draws the values of the whole tensor from its own generator and keeps its part
 (a chunk for a Shard, the whole for a Replicate, the whole on the first rank of a
@@ -20,7 +20,7 @@ from .._redistribute import redistribute_local
 from ..tensor import ShardedTensor, spec
 from ._common import aten, check_writable
 
-__all__ = ["fill_random_"]
+__all__ = ["fill_random_", "native_dropout"]
 
 
 @ShardedTensor.implements(aten.bernoulli_.float, aten.uniform_.default, aten.normal_.default)
@@ -32,3 +32,14 @@ def fill_random_(func, types, args, kwargs):
     whole = func(torch.empty(x.shape, dtype=x.dtype, device=x.local.device), *rest, **kwargs)
     x.local.copy_(redistribute_local(whole, mesh, coord, (Replicate(),) * mesh.ndim, pl, x.shape))
     return x
+
+
+@ShardedTensor.implements(aten.native_dropout.default)
+def native_dropout(func, types, args, kwargs):
+    """``(output, mask)``: the mask drawn as the in-place fill above (the dense mask for each
+    shard), laid out like the input; its backward (``native_dropout_backward``) is pointwise."""
+    x, p, train = (list(args) + [kwargs.get("train")])[:3]
+    if train is False:
+        return x.clone(), torch.ones_like(x, dtype=torch.bool)
+    keep = torch.empty_like(x).bernoulli_(1 - p)
+    return x * keep * (1.0 / (1 - p) if p < 1 else 0.0), keep != 0
