@@ -107,6 +107,19 @@ def _to_copy(func, types, args, kwargs):
     return type(x).__fallback__(func, types, args, kwargs)
 
 
+def _empty_like(func, types, args, kwargs):
+    # An empty meta copy keeps the class: torch's precompile pickles every guarded input as
+    # torch.empty_like(x, device="meta") and rebuilds it by type(that).__tensor_unflatten__.
+    # Meta holds no values, so keeping the structure cannot disagree with the class's own
+    # fallback; on a real device the fallback decides (to_plain gives a dense tensor).
+    x = args[0]
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type == "meta" and kwargs.get("dtype") in (None, x.dtype):
+        kw = {k: v for k, v in kwargs.items() if k != "dtype"}
+        return _same_outer(func, args, kwargs, lambda t: func(t, **kw), device=torch.device("meta"))
+    return type(x).__fallback__(func, types, args, kwargs)
+
+
 def _copy_(func, types, args, kwargs):
     dst, src = args[0], args[1]
     dd, sd = dst.__dict__, src.__dict__
@@ -154,6 +167,7 @@ _BUILTINS = {
     aten.clone.default: _clone,
     aten._to_copy.default: _to_copy,
     aten.copy_.default: _copy_,
+    aten.empty_like.default: _empty_like,
     aten.as_strided.default: _as_strided,
     pre_dispatch.to_plain_op: pre_dispatch.to_plain_handler,
 }

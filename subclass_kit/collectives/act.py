@@ -11,7 +11,7 @@ from .errors import CollectiveError
 
 __all__ = ["AsyncCollectiveTensor", "Pending"]
 _wait_op, _FT = _compat.wait_op, _compat.FunctionalTensor
-_WAITED = _compat.WeakTensorKeyDictionary()  # inners already waited in a graph (weak)
+_WAITED, _EMPTY_LIKE = _compat.WeakTensorKeyDictionary(), torch.ops.aten.empty_like.default  # inners waited in a graph (weak)
 
 
 class Pending:
@@ -92,7 +92,7 @@ class AsyncCollectiveTensor(WrapperTensor):
     def tolist(self): return self.trigger_wait().tolist()
     def numpy(self, *, force=False): return self.trigger_wait().numpy(force=force)
     def __repr__(self): return f"AsyncCollectiveTensor({self.trigger_wait()!r})"
-    def __reduce_ex__(self, proto): return self.trigger_wait().__reduce_ex__(proto)  # the plain value
+    def __reduce_ex__(self, proto): return (super().__reduce_ex__ if self.is_meta else self.trigger_wait().__reduce_ex__)(proto)  # the value; meta has none: stays an ACT
     def __deepcopy__(self, memo): return self.trigger_wait().clone()
 
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
@@ -111,8 +111,8 @@ class AsyncCollectiveTensor(WrapperTensor):
         return super().__tensor_unflatten__({"elem": elem}, ctx, outer_size, outer_stride)
 
     @classmethod
-    def __op_handler__(cls, func):  # no op maps over elem: a view stays pending, others wait
-        return _viewer(_compat.fast_op(func)) if _compat.is_pure_view(func) else partial(_data_use, _compat.fast_op(func))
+    def __op_handler__(cls, func):  # no op maps over elem: a view, or empty_like (reads no data), stays an ACT; others wait
+        return _viewer(_compat.fast_op(func)) if _compat.is_pure_view(func) or func is _EMPTY_LIKE else partial(_data_use, _compat.fast_op(func))
 
 
 def _plain(a, wait=True):  # the buffer of an ACT (waited unless wait=False); lists element-wise
