@@ -55,8 +55,8 @@ atexit.register(lambda: [cell.__del__() for cell in list(_LIVE)])
 class AsyncCollectiveTensor(WrapperTensor):
     """A collective's output buffer ``elem``, waited at first data use.
 
-    Views stay pending ``AsyncCollectiveTensor``s; other ops, ``print``, ``tolist``, ``numpy``,
-    ``item``, pickling, deepcopy wait once (plain results). Compiled, it is a ``wait_tensor``.
+    Views stay pending ``AsyncCollectiveTensor``s (``empty_like`` reads no data: a waited one); other ops,
+    ``print``, ``tolist``, ``numpy``, ``item``, pickling, deepcopy wait once (plain results). Compiled: ``wait_tensor``.
 
     Example (rank 0 of a 2-rank process group):
         >>> from subclass_kit.collectives import all_reduce
