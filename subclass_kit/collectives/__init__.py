@@ -37,6 +37,7 @@ from .errors import (
     GroupResolutionError as GroupResolutionError,
     NoProcessGroupError as NoProcessGroupError,
 )
+from .faults import collective_errors as collective_errors
 from .groups import GroupRef as GroupRef, resolve_group as resolve_group
 from .ops import (
     REDUCE_OPS as REDUCE_OPS,
@@ -70,4 +71,5 @@ __all__ = [
     "GroupResolutionError",
     "CollectiveArgumentError",
     "CollectiveError",
+    "collective_errors",
 ]
