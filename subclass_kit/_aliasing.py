@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from typing import Any
+
 from . import _compat
 from . import _instance_state as instance_state
 from .ctx import _DTYPE, CTX_ATTR
@@ -147,7 +149,7 @@ def correct_aliasing(func, args, kwargs, out, plan=None):
     return type(out)(_arg(args, kwargs, idx, name) for idx, name in w)
 
 
-def plan(func) -> OpAliasing:
+def plan(func: Any) -> OpAliasing:
     """The cached aliasing plan of ``func`` (``FUNCTIONAL`` when there is nothing to fix).
 
     Example:
@@ -217,7 +219,7 @@ def wrap_like(tmpl, results, state=None):
 def wrap_aliased(tmpl, func, args, kwargs, results, p):
     """``wrap_like`` for an op that views or writes (plan ``p``), with the aliasing fixed."""
     # A view shares its base's declared state (e.g. a pending wait) and its storage.
-    state = instance_state.of(tmpl) if p.view_pairs else None
+    state = instance_state.of(tmpl) if p.view_pairs and type(tmpl).__kit__.state_order else None
     out = wrap_like(tmpl, results, state)
     if p.simple_view and args and args[0] is tmpl and type(out) is type(tmpl):
         # The common view (view, t, detach, slice ...): the result aliases its input directly.

@@ -226,7 +226,7 @@ class WrapperTensor(torch.Tensor):
 
     # ---- op tables ---------------------------------------------------------------------
     @classmethod
-    def implements(cls, *ops):
+    def implements(cls, *ops: Any) -> Callable[[Callable], Callable]:
         """Register a handler ``fn(func, types, args, kwargs)`` for aten ops on this class.
 
         Accepts OpOverloads (``aten.mm.default``) and OpOverloadPackets (``aten.mm``, every
@@ -250,7 +250,7 @@ class WrapperTensor(torch.Tensor):
         return _dispatch.register_ops(cls, ops)
 
     @classmethod
-    def implements_torch_function(cls, *fns):
+    def implements_torch_function(cls, *fns: Callable) -> Callable[[Callable], Callable]:
         """Register a handler for torch-level functions (``torch.nn.functional.linear``).
 
         Example:
@@ -300,8 +300,8 @@ class WrapperTensor(torch.Tensor):
         return None
 
     @classmethod
-    def from_parts(cls, inners, /, ctx=None, *, size=None, stride=None, offset=None,
-                   requires_grad: bool = False, **state):
+    def from_parts(cls, inners: Any, /, ctx: SubclassCtx | None = None, *, size: Any = None, stride: Any = None,
+                   offset: Any = None, requires_grad: bool = False, **state: Any) -> "WrapperTensor":
         """Trusted construction from parts already known to fit: no validation, no ``__post_init__``.
 
         Args:
@@ -338,7 +338,8 @@ class WrapperTensor(torch.Tensor):
         return kit.make(inners, ctx, size, tuple(stride), offset, requires_grad, state=state)
 
     @classmethod
-    def parts_builder(cls, ctx, /, *, size, stride, offset=0, **state):
+    def parts_builder(cls, ctx: SubclassCtx, /, *, size: Any, stride: Any, offset: Any = 0,
+                      **state: Any) -> Callable[..., "WrapperTensor"]:
         """``make(*inners)``: ``from_parts(inners, ctx, size=, stride=, offset=, **state)`` with
         everything but the inner tensors fixed now.
 

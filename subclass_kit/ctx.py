@@ -47,7 +47,7 @@ class SubclassCtx(tuple):
     __slots__ = ()
 
     @classmethod
-    def make(cls, owner: str, names: tuple, values: tuple, dtype: torch.dtype, present: tuple):
+    def make(cls, owner: str, names: tuple, values: tuple, dtype: torch.dtype, present: tuple) -> "SubclassCtx":
         return tuple.__new__(cls, (owner, names, values, dtype, present))
 
     def __getattr__(self, name: str) -> Any:
@@ -94,7 +94,7 @@ class SubclassCtx(tuple):
         """``(name, value)`` pairs of the meta fields, in declaration order."""
         return tuple(zip(tuple.__getitem__(self, _NAMES), tuple.__getitem__(self, _VALUES)))
 
-    def replace(self, *, dtype=None, present=None, **meta):
+    def replace(self, *, dtype: torch.dtype | None = None, present: tuple | None = None, **meta: Any) -> "SubclassCtx":
         """A copy with some values changed.
 
         Example:

@@ -7,7 +7,7 @@ fallback that picks a handler once per (class, op) and lets the dispatcher cache
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -58,7 +58,7 @@ def _swap_kw(kwargs, cls, name):
 
 
 @kit_handler
-def map_inner(func, types, args, kwargs):
+def map_inner(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
     """Run ``func`` on every inner tensor (TwoTensor style) and wrap the results.
 
     The outer size of each result is the primary inner result's; meta values carry over.
@@ -90,7 +90,8 @@ def map_inner(func, types, args, kwargs):
         op = _FAST_OPS.get(func) or _fast(func)
         if n_args == 1:
             results = [None if d[n] is None else op(d[n]) for n in names]
-        elif n_args == 2 and type(args[1]) not in _SEQ:
+        elif n_args == 2 and (type(args[1]) not in _SEQ or (args[1] and type(args[1][0]) is int)):
+            # (a size list holds no tensor: view(x, [-1]), permute, expand, sum's dims ...)
             a1 = args[1]
             d1 = a1.__dict__ if type(a1) is cls else None
             results = [None if d[n] is None else op(d[n], a1 if d1 is None else d1[n]) for n in names]
@@ -135,7 +136,7 @@ def _plain(x, func):
 
 
 @kit_handler
-def to_plain(func, types, args, kwargs):
+def to_plain(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
     """Compute ``func`` on ``to_plain()`` of every wrapped argument; return plain tensors.
 
     In-place ops on a wrapped argument are refused (the update would be lost on the dense
@@ -169,7 +170,7 @@ def _describe(a) -> str:
 
 
 @kit_handler
-def raise_unsupported(func, types, args, kwargs):
+def raise_unsupported(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
     """The default ``__fallback__``: raise UnsupportedOpError naming the class and the op."""
     # Any class built on WrapperTensor carries __kit__ (no import of base: it sits above).
     owner = next((t for t in types if isinstance(t, type) and hasattr(t, "__kit__")), None)
