@@ -15,7 +15,7 @@ it then decomposes (``t`` + ``addmm``/``matmul``), so the matrix rules shard it.
 from __future__ import annotations
 
 from ..placements import Replicate, Shard
-from ..tensor import ShardedTensor, spec
+from ..tensor import ShardedTensor, placements_of
 from ._common import aten, global_meta, move, move_plain, spec_of, wrap_out
 
 __all__ = ["flash_attention_cpu", "flash_attention_cpu_backward", "linear"]
@@ -29,7 +29,7 @@ def _choose(operands, mesh_ndim: int) -> tuple:
     (heads first), else Replicate."""
     out = []
     for i in range(mesh_ndim):
-        have = [spec(x)[1][i] for x in operands if type(x) is ShardedTensor]
+        have = [placements_of(x)[i] for x in operands if type(x) is ShardedTensor]
         pick = Replicate()
         for cand in (Shard(1), Shard(0)):
             if cand in have and cand not in out:

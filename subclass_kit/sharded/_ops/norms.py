@@ -13,7 +13,7 @@ DTensor's sequence parallelism leaves them.
 from __future__ import annotations
 
 from ..placements import Partial, Replicate, Shard
-from ..tensor import ShardedTensor, spec
+from ..tensor import ShardedTensor, placements_of
 from ._common import aten, global_meta, move, move_plain, spec_of, wrap_out
 
 __all__ = ["layer_norm", "layer_norm_backward"]
@@ -21,7 +21,7 @@ __all__ = ["layer_norm", "layer_norm_backward"]
 
 def _rows(x, axis: int, mesh_ndim: int) -> tuple:
     """``x``'s placements with every shard of a normalized dim (or a Partial) replicated."""
-    pl = spec(x)[1] if type(x) is ShardedTensor else (Replicate(),) * mesh_ndim
+    pl = placements_of(x) if type(x) is ShardedTensor else (Replicate(),) * mesh_ndim
     return tuple(p if type(p) is Shard and p.dim < axis else Replicate() for p in pl)
 
 
