@@ -22,6 +22,7 @@ from typing import Any, Callable
 import torch
 
 import symbolic
+from symbolic import DimKind
 from symbolic.description import ShapeDescription, TensorDims
 
 from . import _compat
@@ -45,7 +46,7 @@ from ._kinds import (
     ValueMatch,
 )
 from ._canonical import type_name
-from ._shapes import DimKind, ShapeSim
+from ._shapes import ShapeSim
 from ._sources import ROOT, AttrSource, InnerSource, ItemSource, SizeSource, Source, rebase
 from .errors import PolicyViolationError, UnhashableContextError, UnsupportedValueError
 
@@ -129,20 +130,20 @@ class _Walker:
         """Per-dim ``(kind, lo, hi)`` and per-dim stride dynamism, dynamo's precedence."""
         entry = None
         if self.state is not None and not fake:
-            strict = [i for i in range(t.dim()) if info.kind(i) == "dynamic"]
+            strict = [i for i in range(t.dim()) if info.kind(i) is DimKind.DYNAMIC]
             entry = self.state.record_tensor(self.render(src), tuple(t.size()), tuple(t.stride()), strict)
         kinds, stride_dyn = [], []
         for i in range(t.dim()):
             mk = info.kind(i)
             auto = entry is not None and entry.size_dynamic(i)
-            if mk == "unbacked":
+            if mk is DimKind.UNBACKED:
                 kinds.append((DimKind.UNBACKED, None, None))
-            elif mk == "dynamic":
+            elif mk is DimKind.DYNAMIC:
                 d = info.dims[i]
                 kinds.append((DimKind.DYNAMIC, d.min, d.max))
-            elif mk == "auto" or (auto and mk != "static"):
+            elif mk is DimKind.AUTO or (auto and mk is not DimKind.STATIC):
                 kinds.append((DimKind.DYNAMIC, None, None))
-            elif self.dynamic is not True or mk == "static":
+            elif self.dynamic is not True or mk is DimKind.STATIC:
                 kinds.append((DimKind.STATIC, None, None))
             else:
                 kinds.append((DimKind.DUCK, None, None))
@@ -224,11 +225,11 @@ class _Walker:
     def _njt_outer(self, t, src, desc, rel, info: TensorDims) -> tuple[list, list]:
         name = "_offsets" if t._lengths is None else "_lengths"
         k = desc.shapes[InnerSource(name, rel)].kind(0)
-        batch_dynamic = (k is not None and k != "static") or self.dynamic is True
+        batch_dynamic = (k is not None and k is not DimKind.STATIC) or self.dynamic is True
         if self.state is not None:
             # automatic dynamic on the outer's own frame-state entry (nested ints as -1)
             plain = lambda xs: tuple(-1 if isinstance(x, torch.SymInt) else int(x) for x in xs)  # noqa: E731
-            strict = [i for i in range(t.dim()) if info.kind(i) == "dynamic"]
+            strict = [i for i in range(t.dim()) if info.kind(i) is DimKind.DYNAMIC]
             entry = self.state.record_tensor(self.render(src), plain(t.size()), plain(t.stride()), strict)
             batch_dynamic = batch_dynamic or entry.size_dynamic(0)
         if self.state is not None and not batch_dynamic:
@@ -302,10 +303,10 @@ class _Walker:
             if outer.sizes[k].is_Integer:
                 continue
             v = t.size(k)
-            strict = [SizeSource(src, k)] if self.dims_of[src].kind(k) == "dynamic" else []
+            strict = [SizeSource(src, k)] if self.dims_of[src].kind(k) is DimKind.DYNAMIC else []
             for other, other_target, _ in rels:
                 info = self.dims_of.get(other_target.base)
-                if (other.expr == sym and info is not None and info.kind(other_target.dim) == "dynamic"
+                if (other.expr == sym and info is not None and info.kind(other_target.dim) is DimKind.DYNAMIC
                         and info.tensor.size(other_target.dim) == v):
                     strict.append(other_target)
             if strict:

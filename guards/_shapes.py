@@ -23,21 +23,13 @@ from typing import Any
 import sympy
 import torch
 
+from symbolic import DimKind
+
 from . import _compat
 from ._sources import SizeSource, Source, StorageOffsetSource, StrideSource
 from .errors import PolicyViolationError
 
-__all__ = ["DimKind", "Symbol", "TensorShape", "ShapeSim", "Equality", "Range"]
-
-
-class DimKind:
-    """How ShapeEnv allocates one dim (torch's ``DimDynamic``), decided from a
-    ``symbolic.TensorDims`` and the compile mode."""
-
-    STATIC = "static"
-    DUCK = "duck"        # dynamic=True, unmarked: equal sizes share one symbol
-    DYNAMIC = "dynamic"  # marked or automatic dynamic: a symbol of its own
-    UNBACKED = "unbacked"
+__all__ = ["Symbol", "TensorShape", "ShapeSim", "Equality", "Range"]
 
 
 @dataclass(eq=False)
@@ -128,7 +120,7 @@ class ShapeSim:
         self._by_sym[s.sym] = s
         return s
 
-    def create(self, value: int, source: Source, kind: str, lo=None, hi=None):
+    def create(self, value: int, source: Source, kind: DimKind, lo: int | None = None, hi: int | None = None) -> Any:
         """The expression dynamo gives ``source`` (value ``value``, kind ``kind``)."""
         if lo is not None and hi is not None and lo == hi:
             # A range of one value is static (create_symbol turns it into STATIC).
@@ -137,9 +129,9 @@ class ShapeSim:
                     f"{source.name()} is constrained to exactly {lo} but the input has {value}"
                 )
             kind = DimKind.STATIC
-        if kind == DimKind.STATIC:
+        if kind is DimKind.STATIC:
             return sympy.Integer(value)
-        if kind == DimKind.UNBACKED:
+        if kind is DimKind.UNBACKED:
             return self._new(value, None, None, unbacked=True).sym
         if value in (0, 1):
             if lo is not None or hi is not None:
@@ -151,7 +143,7 @@ class ShapeSim:
                     "ConstraintViolationError. Drop the range or use maybe_mark_dynamic."
                 )
             return sympy.Integer(value)  # 0/1 specialization, even for a marked dim
-        duck = kind == DimKind.DUCK and self.duck
+        duck = kind is DimKind.DUCK and self.duck
         if duck and value in self._val_to_var:
             return self._val_to_var[value].sym
         rlo = 2 if lo is None else max(2, lo)
@@ -192,10 +184,10 @@ class ShapeSim:
         ex_stride = [v for v, _ in raw_strides]
         # A STATIC dim is its value (``create``'s first answer); its source is not built.
         sizes = [
-            sympy.Integer(v) if k == DimKind.STATIC else self.create(v, SizeSource(source, i), k, lo, hi)
+            sympy.Integer(v) if k is DimKind.STATIC else self.create(v, SizeSource(source, i), k, lo, hi)
             for i, (v, (k, lo, hi)) in enumerate(zip(ex_size, kinds))
         ]
-        all_static = all(k == DimKind.STATIC for k, _, _ in kinds)
+        all_static = all(k is DimKind.STATIC for k, _, _ in kinds)
         self._free = False
         strides = self._strides(source, sizes, ex_size, ex_stride, stride_dynamic, all_static)
         if all_static:
@@ -226,7 +218,7 @@ class ShapeSim:
                     kind = DimKind.DYNAMIC
                 else:
                     kind = DimKind.STATIC if all_static else DimKind.DUCK
-                if kind == DimKind.STATIC:
+                if kind is DimKind.STATIC:
                     st = sympy.Integer(val)
                 else:
                     st = self.create(val, StrideSource(source, i), kind)

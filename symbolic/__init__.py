@@ -30,7 +30,7 @@ from .errors import (
     RelationError as RelationError,
     SymbolicError as SymbolicError,
 )
-from .dims import Dim as Dim
+from .dims import Dim as Dim, DimKind as DimKind
 from .policy import SubclassPolicy as SubclassPolicy
 from .protocol import walk as walk
 from .shape_relations import relations as relations, size_sources as size_sources, size_symbol as size_symbol

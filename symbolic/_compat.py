@@ -23,6 +23,8 @@ from torch._dynamo.source import TensorPropertySource as TorchTensorPropertySour
 from torch._guards import Source as TorchSource
 from torch.utils._python_dispatch import is_traceable_wrapper_subclass as _is_traceable
 
+from .dims import DimKind
+
 __all__ = [
     "TorchSource",
     "TorchLocalSource",
@@ -56,9 +58,9 @@ _PROPAGATED = "_dynamo_propagated_dynamic_indices"
 _EXTRA_MARK_ATTRS = ("_specialize_on", "_has_dynamo_dim_marking")
 
 _TORCH_FN = {
-    "dynamic": _torch_mark_dynamic,
-    "static": _torch_mark_static,
-    "auto": _torch_maybe_mark_dynamic,
+    DimKind.DYNAMIC: _torch_mark_dynamic,
+    DimKind.STATIC: _torch_mark_static,
+    DimKind.AUTO: _torch_maybe_mark_dynamic,
 }
 
 
@@ -67,14 +69,14 @@ def is_traceable_wrapper_subclass(t: Any) -> bool:
     return _is_traceable(t)
 
 
-def torch_mark(t: torch.Tensor, kind: str, dims, *, min=None, max=None) -> None:
+def torch_mark(t: torch.Tensor, kind: DimKind, dims: Any, *, min: int | None = None, max: int | None = None) -> None:
     """Call torch's own marking function for ``kind`` (``dynamic``/``static``/``auto``).
 
     On a wrapper subclass torch mirrors the mark onto every inner tensor of the same
     dimensionality; that is torch's behaviour and what ``inner="same_dim"`` asks for.
     """
     fn = _TORCH_FN[kind]
-    if kind == "dynamic":
+    if kind is DimKind.DYNAMIC:
         fn(t, dims, min=min, max=max)
     else:
         fn(t, dims)
@@ -88,7 +90,7 @@ def _own_marks(t: torch.Tensor) -> dict[str, Any]:
     }
 
 
-def mark_self(t: torch.Tensor, kind: str, dim: int, *, min=None, max=None) -> None:
+def mark_self(t: torch.Tensor, kind: DimKind, dim: int, *, min: int | None = None, max: int | None = None) -> None:
     """Mark one dim of ``t`` itself, exactly as torch would, without touching its inners.
 
     torch's ``mark_dynamic`` on a wrapper subclass also marks every same-dim inner tensor,
@@ -109,7 +111,7 @@ def mark_self(t: torch.Tensor, kind: str, dim: int, *, min=None, max=None) -> No
         setattr(t, k, v)
 
 
-def read_marks(t: torch.Tensor, *, propagated: bool = True) -> dict[int, tuple[str, int | None, int | None]]:
+def read_marks(t: torch.Tensor, *, propagated: bool = True) -> dict[int, tuple[DimKind, int | None, int | None]]:
     """The marks ``t`` itself carries: ``{dim: (kind, min, max)}``.
 
     ``kind`` is ``static``, ``auto``, ``dynamic`` or ``unbacked``. Precedence is dynamo's
@@ -120,20 +122,20 @@ def read_marks(t: torch.Tensor, *, propagated: bool = True) -> dict[int, tuple[s
     d = getattr(t, "__dict__", None)
     if not d:
         return {}
-    out: dict[int, tuple[str, int | None, int | None]] = {}
+    out: dict[int, tuple[DimKind, int | None, int | None]] = {}
     for i in d.get(_PROPAGATED, ()) if propagated else ():
-        out[i] = ("auto", None, None)
+        out[i] = (DimKind.AUTO, None, None)
     for i in d.get(_STATIC, ()):
-        out[i] = ("static", None, None)
+        out[i] = (DimKind.STATIC, None, None)
     for i in d.get(_WEAK, ()):
-        out[i] = ("auto", None, None)
+        out[i] = (DimKind.AUTO, None, None)
     ranges = {r.dim: r for r in d.get(_DYNAMIC_RANGE, ())}
     for i in d.get(_DYNAMIC, ()):
         r = ranges.get(i)
-        out[i] = ("dynamic", getattr(r, "min", None), getattr(r, "max", None))
+        out[i] = (DimKind.DYNAMIC, getattr(r, "min", None), getattr(r, "max", None))
     for a in _UNBACKED:
         for i in d.get(a, ()):
-            out[i] = ("unbacked", None, None)
+            out[i] = (DimKind.UNBACKED, None, None)
     return out
 
 
@@ -146,7 +148,7 @@ def mark_attrs(t: torch.Tensor) -> dict[str, frozenset]:
 
 
 # Which attribute torch's marking function for each kind sets (what `apply` leaves).
-ATTR_OF_KIND = {"dynamic": _DYNAMIC, "auto": _WEAK, "static": _STATIC}
+ATTR_OF_KIND = {DimKind.DYNAMIC: _DYNAMIC, DimKind.AUTO: _WEAK, DimKind.STATIC: _STATIC}
 
 
 def bound(expr: sympy.Expr, ranges: dict[sympy.Symbol, tuple[int | None, int | None]]):

@@ -25,7 +25,7 @@ import torch
 
 from . import _compat
 from .source_types import ROOT, InnerSource, SizeSource, Source
-from .dims import Dim
+from .dims import Dim, DimKind
 from .errors import PolicyTypeError
 from .planning import resolve_dims
 from .policy import SubclassPolicy, normalize_dims
@@ -66,10 +66,10 @@ class TensorDims:
     nested: bool
     refused: tuple
 
-    def kind(self, i: int) -> str | None:
-        """``"dynamic"``, ``"auto"``, ``"static"``, ``"unbacked"`` or None (unmarked)."""
+    def kind(self, i: int) -> DimKind | None:
+        """``DimKind.DYNAMIC``, ``AUTO``, ``STATIC``, ``UNBACKED`` or None (unmarked)."""
         if i in self.unbacked:
-            return "unbacked"
+            return DimKind.UNBACKED
         d = self.dims.get(i)
         return None if d is None else d.kind
 
@@ -192,7 +192,7 @@ class ShapeDescription:
     def __repr__(self) -> str:
         rows = []
         for src, info in self._tensors.items():
-            dims = {i: info.kind(i) for i in range(info.tensor.dim()) if info.kind(i) is not None}
+            dims = {i: k.value for i in range(info.tensor.dim()) if (k := info.kind(i)) is not None}
             rows.append(f"{src.render('x')}: {dims}")
         return "ShapeDescription(" + "; ".join(rows) + ")"
 
@@ -251,11 +251,11 @@ def _describe(t, src, policy, nested, out) -> None:
 def _from_marks(t, src, wrapper, nested_wrapper) -> TensorDims:
     dims, unbacked = {}, set()
     for i, (kind, lo, hi) in _compat.read_marks(t).items():
-        if kind == "unbacked":
+        if kind is DimKind.UNBACKED:
             unbacked.add(i)
         else:
             dims[i] = Dim(kind, lo, hi)
-    refused = tuple(sorted(i for i, d in dims.items() if d.kind == "dynamic")) if nested_wrapper else ()
+    refused = tuple(sorted(i for i, d in dims.items() if d.kind is DimKind.DYNAMIC)) if nested_wrapper else ()
     return TensorDims(src, t, dims, frozenset(unbacked), _compat.mark_attrs(t), wrapper,
                       nested_wrapper, refused)
 
@@ -263,7 +263,7 @@ def _from_marks(t, src, wrapper, nested_wrapper) -> TensorDims:
 def _from_policy(t, src, dims: dict[int, Dim], wrapper, nested_wrapper) -> TensorDims:
     out, attrs = {}, {}
     for i, dim in dims.items():
-        if nested_wrapper and dim.kind == "dynamic":
+        if nested_wrapper and dim.kind is DimKind.DYNAMIC:
             dim = Dim.auto()  # what `apply` marks there (see the module docstring)
         out[i] = dim
         attrs.setdefault(_compat.ATTR_OF_KIND[dim.kind], set()).add(i)

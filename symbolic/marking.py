@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from . import _compat
-from .dims import Dim
+from .dims import Dim, DimKind
 from .errors import CtxPinsShapeWarning, PolicyTypeError
 from .planning import _outer_dims, plan, resolve_dims
 from .policy import SubclassPolicy
@@ -107,7 +107,7 @@ def _warn_ctx_pins(t: torch.Tensor, outer) -> None:
     # skipped) decides itself what in its ctx must match: nothing to judge here.
     if not is_wrapper(t) or hasattr(type(t), "__metadata_guard__") or _compat.is_dtensor(t):
         return
-    asked = sorted(d for d, dim in outer.items() if dim.kind in ("dynamic", "auto"))
+    asked = sorted(d for d, dim in outer.items() if dim.kind in (DimKind.DYNAMIC, DimKind.AUTO))
     if not asked:
         return
     try:
@@ -121,7 +121,7 @@ def _warn_ctx_pins(t: torch.Tensor, outer) -> None:
     if not pins:
         return
     path, v = pins[0]
-    strict = any(outer[d].kind == "dynamic" for d in asked)
+    strict = any(outer[d].kind is DimKind.DYNAMIC for d in asked)
     fix = ("mark it Dim.auto() (maybe_mark_dynamic) to get one graph per size without an error, "
            if strict else "expect one graph per size; ")
     warnings.warn(
@@ -168,8 +168,8 @@ def apply(t: torch.Tensor, policy: SubclassPolicy) -> None:
     for tensor, dims, nested in steps:
         for d, dim in dims.items():
             kind = dim.kind
-            if nested and kind == "dynamic":
-                kind = "auto"
+            if nested and kind is DimKind.DYNAMIC:
+                kind = DimKind.AUTO
             _compat.mark_self(tensor, kind, d, min=dim.min, max=dim.max)
 
 
@@ -210,7 +210,7 @@ def marks(t: torch.Tensor) -> SubclassPolicy:
     own = {
         d: Dim(kind, lo, hi)
         for d, (kind, lo, hi) in sorted(_compat.read_marks(t, propagated=False).items())
-        if kind != "unbacked"
+        if kind is not DimKind.UNBACKED
     }
     inner = {}
     for name, v in inner_items(t):

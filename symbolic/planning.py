@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .dims import Dim
+from .dims import Dim, DimKind
 from .errors import PolicyError, PolicyTypeError
 from .policy import SubclassPolicy, normalize_dims
 from .protocol import get_inner, inner_items, is_wrapper, where
@@ -33,7 +33,7 @@ __all__ = ["plan", "resolve_dims", "INNER_MODES"]
 
 INNER_MODES = ("derived", "same_dim", "none")
 
-_RANK = {"dynamic": 2, "auto": 1, "static": 0}
+_RANK = {DimKind.DYNAMIC: 2, DimKind.AUTO: 1, DimKind.STATIC: 0}
 
 
 def resolve_dims(t: torch.Tensor, dims: Mapping[int, Dim], src: Source) -> dict[int, Dim]:
@@ -156,21 +156,21 @@ def _derive_dim(info: TensorShape, j: int, outer: dict[int, Dim], root: TensorSh
     if not kinds:
         return None
     best = max(kinds, key=lambda d: _RANK[d.kind])
-    if best.kind == "static":
+    if best.kind is DimKind.STATIC:
         # Static only when every size it depends on is pinned; else it may still move.
         return best if len(kinds) == len(free) else None
-    if best.kind == "auto":
+    if best.kind is DimKind.AUTO:
         return best
     if expr.is_Symbol:
         return outer[root_dims[expr]]
-    if all(d.min is None and d.max is None for d in kinds if d.kind == "dynamic"):
+    if all(d.min is None and d.max is None for d in kinds if d.kind is DimKind.DYNAMIC):
         return Dim.dynamic()
     ranges = {}
     for s in free:
         d = outer.get(root_dims[s]) if s in root_dims else None
-        if d is not None and d.kind == "dynamic":
+        if d is not None and d.kind is DimKind.DYNAMIC:
             ranges[s] = (d.min, d.max)
-        elif d is not None and d.kind == "static" and type(root.tensor.size(root_dims[s])) is int:
+        elif d is not None and d.kind is DimKind.STATIC and type(root.tensor.size(root_dims[s])) is int:
             v = root.tensor.size(root_dims[s])
             ranges[s] = (v, v)
         else:
@@ -180,7 +180,7 @@ def _derive_dim(info: TensorShape, j: int, outer: dict[int, Dim], root: TensorSh
         lo is not None
         and lo < 2
         and (hi is None or hi >= 2)
-        and any(d.min is not None for d in kinds if d.kind == "dynamic")
+        and any(d.min is not None for d in kinds if d.kind is DimKind.DYNAMIC)
     ):
         # The range reaches 0 or 1 here (ceil(rows / block) for rows <= block) and 2+
         # elsewhere: dynamo specializes sizes 0 and 1, so one graph cannot serve the whole
@@ -197,8 +197,8 @@ def _derive_dim(info: TensorShape, j: int, outer: dict[int, Dim], root: TensorSh
     # "fully constrained" dynamic dim, which it rejects.
     if hi is not None and hi <= max(lo or 0, 2):
         return Dim.static()
-    any_min = any(d.min is not None for d in kinds if d.kind == "dynamic")
-    any_max = any(d.max is not None for d in kinds if d.kind == "dynamic")
+    any_min = any(d.min is not None for d in kinds if d.kind is DimKind.DYNAMIC)
+    any_max = any(d.max is not None for d in kinds if d.kind is DimKind.DYNAMIC)
     return Dim.dynamic(min=lo if any_min else None, max=hi if any_max else None)
 
 

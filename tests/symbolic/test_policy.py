@@ -3,8 +3,10 @@
 import json
 
 import pytest
+import torch
 from expecttest import assert_expected_inline
 
+import symbolic
 from symbolic import Dim, PolicyError, PolicyTypeError, SubclassPolicy
 
 
@@ -86,3 +88,32 @@ def test_policy_is_immutable():
 def test_policy_rejects_malformed(kwargs):
     with pytest.raises(PolicyTypeError):
         SubclassPolicy(**kwargs)
+
+
+def test_dim_kinds_are_one_enum():
+    """One vocabulary of dim kinds (issue 22 item 4): ``symbolic.DimKind``, read back from
+    policies, torch's marks and descriptions alike; no module spells a kind as a string."""
+    import ast
+    import pathlib
+
+    from symbolic import DimKind
+
+    assert Dim.dynamic().kind is DimKind.DYNAMIC and Dim.static().kind is DimKind.STATIC
+    assert Dim("auto").kind is DimKind.AUTO  # text is accepted and normalized
+    with pytest.raises(PolicyError, match="one of"):
+        Dim("duck")  # how ShapeEnv allocates, not a policy a user can ask for
+    x = torch.ones(4, 3)
+    symbolic.mark_dynamic(x, 0)
+    assert symbolic.describe(x)[symbolic.ROOT].kind(0) is DimKind.DYNAMIC
+    assert symbolic.marks(x).outer[0].kind is DimKind.DYNAMIC
+
+    repo = pathlib.Path(symbolic.__file__).resolve().parents[1]
+    spelled = []
+    for pkg in ("symbolic", "guards"):
+        for path in sorted((repo / pkg).rglob("*.py")):
+            if path.name == "dims.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Constant) and node.value in {k.value for k in DimKind}:
+                    spelled.append(f"{path.relative_to(repo)}:{node.lineno} {node.value!r}")
+    assert not spelled, spelled
