@@ -9,6 +9,7 @@ from .keys import cache_key as cache_key, cache_key_payload as cache_key_payload
 from .errors import (
     GuardError as GuardError,
     PolicyViolationError as PolicyViolationError,
+    UnguardableValueError as UnguardableValueError,
     UnhashableContextError as UnhashableContextError,
     UnstableKeyError as UnstableKeyError,
     UnsupportedValueError as UnsupportedValueError,
@@ -33,6 +34,7 @@ __all__ = [
     "cache_key_payload",
     "GuardError",
     "UnhashableContextError",
+    "UnguardableValueError",
     "UnstableKeyError",
     "PolicyViolationError",
     "UnsupportedValueError",

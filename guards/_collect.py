@@ -44,11 +44,13 @@ from ._kinds import (
     TensorMatch,
     TypeMatch,
     ValueMatch,
+    ctx_diff,
 )
 from ._canonical import type_name
 from ._shapes import ShapeSim
-from ._sources import ROOT, AttrSource, InnerSource, ItemSource, SizeSource, Source, rebase
-from .errors import PolicyViolationError, UnhashableContextError, UnsupportedValueError
+from ._sources import ROOT, AttrSource, FlattenSource, InnerSource, ItemSource, SizeSource, Source, rebase
+from ._unguardable import find_cycle, find_nan
+from .errors import PolicyViolationError, UnguardableValueError, UnhashableContextError, UnsupportedValueError
 
 __all__ = ["Collected", "collect"]
 
@@ -78,6 +80,7 @@ class _Walker:
         self.wrappers: list[tuple[Source, torch.Tensor, _Described, Source]] = []
         self.dims_of: dict[Source, TensorDims] = {}
         self._seen: dict[int, Source] = {}
+        self._open: dict[int, Source] = {}  # containers being walked, for cycles
 
     def add(self, g: Guard) -> None:
         self.out.guards.append(g)
@@ -86,24 +89,21 @@ class _Walker:
     def visit(self, v: Any, src: Source, policy: Any) -> None:
         if isinstance(v, torch.Tensor):
             self.tensor(v, src, _Described(symbolic.describe(v, policy), src), ROOT)
-        elif isinstance(v, (list, tuple)):
-            self.add(TypeMatch(src, type(v)))
-            self.add(LenMatch(src, len(v)))
-            sub = policy if isinstance(policy, (list, tuple)) and len(policy) == len(v) else None
-            for i, x in enumerate(v):
-                self.visit(x, ItemSource(i, src), None if sub is None else sub[i])
-        elif isinstance(v, dict):
-            self.add(TypeMatch(src, type(v)))
-            for k in v:
-                if not isinstance(k, (str, int, bool, type(None), enum.Enum)):
-                    raise UnsupportedValueError(
-                        f"{self.render(src)} has a key {k!r} ({type(k).__name__}); only str, int, "
-                        "bool, None and Enum keys can be guarded. Use a list or a str-keyed dict."
-                    )
-            self.add(KeysMatch(src, tuple(v)))
-            sub = policy if isinstance(policy, dict) else {}
-            for k, x in v.items():
-                self.visit(x, ItemSource(k, src), sub.get(k))
+        elif isinstance(v, (list, tuple, dict)):
+            first = self._open.get(id(v))
+            if first is not None:
+                raise UnguardableValueError(
+                    f"{self.render(src)} is {self.render(first)} again: the input contains itself, "
+                    "and a cyclic list or dict cannot be guarded (a guard describes the whole "
+                    "structure, and walking a cycle never ends; dynamo cannot trace it either). "
+                    "Pass an acyclic structure: break the cycle, or pass the parts as separate "
+                    "arguments."
+                )
+            self._open[id(v)] = src
+            try:
+                self.container(v, src, policy)
+            finally:
+                del self._open[id(v)]
         elif isinstance(v, _VALUE_LEAVES):
             self.add(ValueMatch(src, v))
         elif type(v) is int or type(v) is float:
@@ -117,6 +117,56 @@ class _Walker:
             # An arbitrary object: dynamo guards it by type plus whatever attributes the
             # traced code reads; only the type is modelled here.
             self.add(TypeMatch(src, type(v), structural=False))
+
+    def container(self, v: list | tuple | dict, src: Source, policy: Any) -> None:
+        if isinstance(v, (list, tuple)):
+            self.add(TypeMatch(src, type(v)))
+            self.add(LenMatch(src, len(v)))
+            sub = policy if isinstance(policy, (list, tuple)) and len(policy) == len(v) else None
+            for i, x in enumerate(v):
+                self.visit(x, ItemSource(i, src), None if sub is None else sub[i])
+        else:
+            self.add(TypeMatch(src, type(v)))
+            for k in v:
+                if not isinstance(k, (str, int, bool, type(None), enum.Enum)):
+                    raise UnsupportedValueError(
+                        f"{self.render(src)} has a key {k!r} ({type(k).__name__}); only str, int, "
+                        "bool, None and Enum keys can be guarded. Use a list or a str-keyed dict."
+                    )
+            self.add(KeysMatch(src, tuple(v)))
+            sub = policy if isinstance(policy, dict) else {}
+            for k, x in v.items():
+                self.visit(x, ItemSource(k, src), sub.get(k))
+
+    def _passes_itself(self, guard: CtxMatch, ctx: Any, t: torch.Tensor, src: Source) -> None:
+        """A ctx whose guard refuses the ctx it was built from would compile anew on every
+        call (and a cache key would claim an artifact that never serves): name it here."""
+        cls = type_name(type(t), short=True)
+        where = self.render(FlattenSource(src, 1))
+        # NaN first, by value: ``==`` on a tuple or list compares items by identity first,
+        # so a ctx holding the very same NaN object passes, and the next NaN (another
+        # object: computed, unpickled) fails. A class's own __metadata_guard__ decides itself.
+        nan = find_nan(ctx) if guard.custom is None else None
+        if nan is None:
+            try:
+                if guard._ok(ctx):
+                    return
+            except Exception:  # the class's own comparison fails on symbolic or odd values: not ours to judge
+                return
+        if nan is not None:
+            why = (f"{where}{nan} is NaN, and NaN != NaN, so the ctx never equals its own copy. "
+                   f"Use None (or another sentinel) for a missing value, or give {cls} a "
+                   "__metadata_guard__ that treats NaN as equal.")
+        else:
+            why = (f"{'; '.join(ctx_diff(self.render, src, guard.ctx, ctx))}: the ctx is not equal to "
+                   "its own deepcopy (a value compared by identity?). Give the meta values an __eq__ "
+                   f"that compares by value, or give {cls} a __metadata_guard__.")
+        how = "__metadata_guard__" if guard.custom is not None else "=="
+        raise UnguardableValueError(
+            f"{self.render(src)} ({cls}) cannot be guarded: its ctx would not pass its own guard "
+            f"({how}, dynamo's TENSOR_SUBCLASS_METADATA_MATCH), so every call would compile a new "
+            f"artifact. {why}"
+        )
 
     def _scalar_dynamic(self, src, v) -> bool:
         if self.dynamic is True:
@@ -177,6 +227,15 @@ class _Walker:
         if wrapper:
             self.add(TypeMatch(src, cls))
             names, ctx = t.__tensor_flatten__()
+            cycle = find_cycle(ctx)
+            if cycle is not None:
+                where = FlattenSource(src, 1)
+                raise UnguardableValueError(
+                    f"{self.render(where)}{cycle[0]} is {self.render(where)}{cycle[1]} again: the ctx "
+                    f"of {type_name(type(t), short=True)} contains itself, so it cannot be guarded "
+                    "(dynamo deep-copies a ctx and compares it with ==, which never ends on a cycle). "
+                    "Keep meta values acyclic: tuples, frozen dataclasses, plain values."
+                )
             # dynamo's TENSOR_SUBCLASS_METADATA_MATCH: a deepcopy compared with ``==`` (or the
             # class's __metadata_guard__); the ctx is never hashed, so dicts and lists are fine.
             try:
@@ -187,7 +246,9 @@ class _Walker:
                     f"{self.render(src)} that cannot be deep-copied ({type(e).__name__}: {e}); dynamo "
                     "deep-copies it to guard on it. Return plain values (tuples, dicts, dataclasses)."
                 ) from None
-            self.add(CtxMatch(src, type(t), snap))
+            guard = CtxMatch(src, type(t), snap)
+            self._passes_itself(guard, ctx, t, src)
+            self.add(guard)
             # dynamo lists the inner names last; here they come first so that an explanation
             # reports a missing inner tensor once instead of failing to read it.
             self.add(InnerNames(src, tuple(names)))

@@ -14,6 +14,7 @@ __all__ = [
     "UnstableKeyError",
     "PolicyViolationError",
     "UnsupportedValueError",
+    "UnguardableValueError",
 ]
 
 
@@ -39,3 +40,8 @@ class PolicyViolationError(GuardError, ValueError):
 
 class UnsupportedValueError(GuardError, TypeError):
     """A value of a kind the guard builder cannot describe (e.g. a dict with unhashable keys)."""
+
+
+class UnguardableValueError(GuardError, ValueError):
+    """A value no guard can describe: a list or dict that contains itself, or a ctx that is
+    not equal to its own copy (a NaN meta value, NaN != NaN), whose guard would never pass."""
