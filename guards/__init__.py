@@ -7,6 +7,7 @@ This module only re-exports; what is not re-exported is private.
 
 from .keys import cache_key as cache_key, cache_key_payload as cache_key_payload
 from .errors import (
+    DispatcherLimitWarning as DispatcherLimitWarning,
     GuardError as GuardError,
     PolicyViolationError as PolicyViolationError,
     UnguardableValueError as UnguardableValueError,
@@ -33,6 +34,7 @@ __all__ = [
     "cache_key",
     "cache_key_payload",
     "GuardError",
+    "DispatcherLimitWarning",
     "UnhashableContextError",
     "UnguardableValueError",
     "UnstableKeyError",

@@ -15,6 +15,7 @@ __all__ = [
     "PolicyViolationError",
     "UnsupportedValueError",
     "UnguardableValueError",
+    "DispatcherLimitWarning",
 ]
 
 
@@ -45,3 +46,7 @@ class UnsupportedValueError(GuardError, TypeError):
 class UnguardableValueError(GuardError, ValueError):
     """A value no guard can describe: a list or dict that contains itself, or a ctx that is
     not equal to its own copy (a NaN meta value, NaN != NaN), whose guard would never pass."""
+
+
+class DispatcherLimitWarning(UserWarning):
+    """A ``GuardedDispatcher`` reached its entry limit; it now evicts or falls back."""

@@ -9,6 +9,8 @@ Groups of rows, each measured in one run:
   ``__inner_shapes__`` relations become guards);
 - ``inner_count``: a wrapper holding k inner tensors, k = 1..16 (cost should grow linearly);
 - ``depth``: a chain of wrappers d deep, each holding the next (linear in d);
+- ``dispatcher``: ``GuardedDispatcher`` serving the newest of 1, 8 and 200 entries that
+  differ in a meta value (found by key, so the three should cost about the same);
 - ``dynamo``: on the same two-inner input, the kit's ``GuardSet.check`` beside dynamo's own
   guard manager check, and a dynamo-compiled ``x * 2`` beside the same op run eagerly.
 """
@@ -21,12 +23,14 @@ import guards
 import symbolic
 
 from .. import _compat
+from ..base import WrapperTensor
 from ..examples import ScaledTensor, TwoTensor
+from ..fields import inner, meta
 from . import ratio_rows, side_by_side
 
 TorchTwoTensor = _compat.torch_two_tensor()
 
-__all__ = ["Many", "Box", "run"]
+__all__ = ["Many", "Box", "Tagged", "run"]
 
 
 class Many(torch.Tensor):
@@ -81,6 +85,24 @@ class Box(torch.Tensor):
     def __torch_dispatch__(cls, func, types, args, kwargs=None):
         unwrap = lambda v: unwrap(v.x) if isinstance(v, Box) else v  # noqa: E731
         return func(*[unwrap(a) for a in args], **(kwargs or {}))
+
+
+class Tagged(WrapperTensor):
+    """One inner tensor and an int meta value: the ctx the dispatcher rows vary."""
+
+    a: torch.Tensor = inner()
+    tag: int = meta(default=0)
+
+
+def _dispatcher_serving(n: int):
+    """A dispatcher holding ``n`` artifacts (tags 1..n), and a call that serves the newest."""
+    base = torch.randn(4, 3)
+    d = guards.GuardedDispatcher(lambda x: (lambda x: x), limit=max(n, 1))
+    for tag in range(1, n + 1):
+        d(Tagged(base, tag=tag))
+    newest = Tagged(base, tag=n)
+    assert len(d) == n and d.lookup(newest) is d.entries[-1]
+    return lambda d=d, v=newest: d(v)
 
 
 def _two(kind, rows=4):
@@ -148,6 +170,10 @@ def run(quick: bool) -> list[dict]:
         depths[f"d={d}"] = lambda gs=gs, v=y: gs.check(v)
     rows += ratio_rows("depth", "Box, d levels deep", timed(depths), reference="d=1",
                        kinds=dict.fromkeys(depths, "scaling"))
+
+    serving = {f"{n} ctx value{'s' if n > 1 else ''}": _dispatcher_serving(n) for n in (1, 8, 200)}
+    rows += ratio_rows("dispatcher", "GuardedDispatcher serves the newest entry", timed(serving),
+                       reference="1 ctx value", kinds=dict.fromkeys(serving, "scaling"))
 
     # Side by side on the same two-inner input: dynamo's own guard evaluation, the kit's
     # GuardSet.check, and a dynamo-compiled ``x * 2`` beside the same op run eagerly.
