@@ -44,8 +44,7 @@ from ._kinds import (
     TensorMatch,
     TypeMatch,
     ValueMatch,
-    ctx_diff,
-)
+    )
 from ._canonical import type_name
 from ._shapes import ShapeSim
 from ._sources import ROOT, AttrSource, FlattenSource, InnerSource, ItemSource, SizeSource, Source, rebase
@@ -139,33 +138,22 @@ class _Walker:
                 self.visit(x, ItemSource(k, src), sub.get(k))
 
     def _passes_itself(self, guard: CtxMatch, ctx: Any, t: torch.Tensor, src: Source) -> None:
-        """A ctx whose guard refuses the ctx it was built from would compile anew on every
-        call (and a cache key would claim an artifact that never serves): name it here."""
+        """A NaN in a ctx would fail its own guard on the next call (NaN != NaN), compiling
+        anew every time, while its cache keys would be equal: name it here."""
+        if guard.custom is not None:
+            return  # the class's own __metadata_guard__ decides what equal means
+        # By value, not by trying ``==``: a tuple compares items by identity first, so the
+        # very same NaN object passes, and the next one (computed, unpickled) fails.
+        nan = find_nan(ctx)
+        if nan is None:
+            return
         cls = type_name(type(t), short=True)
         where = self.render(FlattenSource(src, 1))
-        # NaN first, by value: ``==`` on a tuple or list compares items by identity first,
-        # so a ctx holding the very same NaN object passes, and the next NaN (another
-        # object: computed, unpickled) fails. A class's own __metadata_guard__ decides itself.
-        nan = find_nan(ctx) if guard.custom is None else None
-        if nan is None:
-            try:
-                if guard._ok(ctx):
-                    return
-            except Exception:  # the class's own comparison fails on symbolic or odd values: not ours to judge
-                return
-        if nan is not None:
-            why = (f"{where}{nan} is NaN, and NaN != NaN, so the ctx never equals its own copy. "
-                   f"Use None (or another sentinel) for a missing value, or give {cls} a "
-                   "__metadata_guard__ that treats NaN as equal.")
-        else:
-            why = (f"{'; '.join(ctx_diff(self.render, src, guard.ctx, ctx))}: the ctx is not equal to "
-                   "its own deepcopy (a value compared by identity?). Give the meta values an __eq__ "
-                   f"that compares by value, or give {cls} a __metadata_guard__.")
-        how = "__metadata_guard__" if guard.custom is not None else "=="
         raise UnguardableValueError(
-            f"{self.render(src)} ({cls}) cannot be guarded: its ctx would not pass its own guard "
-            f"({how}, dynamo's TENSOR_SUBCLASS_METADATA_MATCH), so every call would compile a new "
-            f"artifact. {why}"
+            f"{self.render(src)} ({cls}) cannot be guarded: {where}{nan} is NaN, and NaN != NaN, so "
+            "its ctx would not pass its own guard (==, dynamo's TENSOR_SUBCLASS_METADATA_MATCH) "
+            "and every call would compile a new artifact. Use None (or another sentinel) for a "
+            f"missing value, or give {cls} a __metadata_guard__ that treats NaN as equal."
         )
 
     def _scalar_dynamic(self, src, v) -> bool:

@@ -1,10 +1,10 @@
-"""Values that no guard can describe: a structure that contains itself, and a ctx that is
-not equal to its own copy (a NaN field, or an object compared by identity).
+"""Values that no guard can describe: a structure that contains itself, and a ctx holding
+a NaN.
 
 Both would go wrong quietly otherwise: walking a cycle never ends (a bare ``RecursionError``
-from deep inside), and a ctx that fails ``==`` against its own deepcopy fails its own guard,
-so every call would compile a new artifact (dynamo's TENSOR_SUBCLASS_METADATA_MATCH compares
-the same way). ``guards.build`` and ``guards.cache_key`` name them at build time instead.
+from deep inside), and a NaN in a ctx fails its own guard on the next call (NaN != NaN, and
+dynamo's TENSOR_SUBCLASS_METADATA_MATCH compares with ``==`` too), so every call would
+compile a new artifact. ``guards.build`` and ``guards.cache_key`` name them at build time.
 """
 
 from __future__ import annotations

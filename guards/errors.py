@@ -44,8 +44,8 @@ class UnsupportedValueError(GuardError, TypeError):
 
 
 class UnguardableValueError(GuardError, ValueError):
-    """A value no guard can describe: a list or dict that contains itself, or a ctx that is
-    not equal to its own copy (a NaN meta value, NaN != NaN), whose guard would never pass."""
+    """A value no guard can describe: a list or dict that contains itself, or a ctx holding
+    a NaN meta value (NaN != NaN), whose guard would not pass on the next call."""
 
 
 class DispatcherLimitWarning(UserWarning):
