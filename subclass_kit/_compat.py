@@ -672,3 +672,14 @@ def torch_funcol():
     import torch.distributed._functional_collectives as funcol
 
     return funcol
+
+
+# ---- torch's OpInfo database, for the checker's operator sweep (subclass_kit.testing) ----------
+
+
+def opinfo_db() -> list:
+    """torch's OpInfo list (``common_methods_invocations.op_db``); imported on first use
+    because the import takes seconds."""
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return list(op_db)

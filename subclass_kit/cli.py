@@ -32,6 +32,10 @@ import warnings
 
 from .testing.parametrize import BACKENDS as DEFAULT_BACKENDS
 
+# Seconds a check row may run (subclass_kit.testing.runner.DEFAULT_TIMEOUT, without
+# importing torch here).
+DEFAULT_TIMEOUT = 600.0
+
 __all__ = ["main", "UsageError"]
 
 PROG = "subclass-kit"
@@ -67,6 +71,14 @@ def _parser() -> argparse.ArgumentParser:
         c.add_argument(f"--no-{flag}", action="store_true", help=f"skip the {flag} checks")
     c.add_argument("--aoti", action="store_true", help=(
         "also check AOTInductor deployment (slow: one C++ compile per class)"))
+    c.add_argument("--opinfo", action="store_true", help=(
+        "also run torch's OpInfo database through each class (needs a from_plain classmethod): "
+        "one row per op, and a coverage summary"))
+    c.add_argument("--ops", metavar="A,B", help="with --opinfo: only these OpInfo ops (comma-separated)")
+    c.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help=(
+        "seconds a check row (or an OpInfo op) may run before it fails as a hang "
+        "(default: 600; 0: no limit)"))
+    c.add_argument("--markdown", metavar="FILE", help="also write the report as Markdown to FILE")
     c.add_argument("-q", "--quiet", action="store_true", help="print only failures and the summary")
     c.set_defaults(func=_cmd_check)
 
@@ -109,6 +121,9 @@ def _import_module(spec: str):
         sys.modules[name] = mod
         try:
             loader.loader.exec_module(mod)
+        except SystemExit as e:
+            sys.modules.pop(name, None)
+            raise UsageError(_exit_message(spec, e)) from None
         except Exception as e:
             raise UsageError(f"importing {spec} raised {type(e).__name__}: {_one_line(e)}") from None
         return mod
@@ -121,8 +136,70 @@ def _import_module(spec: str):
         if e.name and spec.startswith(e.name):
             raise UsageError(f"cannot import module {spec!r} ({e}); is it on PYTHONPATH?") from None
         raise UsageError(f"importing {spec} raised ModuleNotFoundError: {e}") from None
+    except SystemExit as e:
+        raise UsageError(_exit_message(spec, e)) from None
     except Exception as e:
         raise UsageError(f"importing {spec} raised {type(e).__name__}: {_one_line(e)}") from None
+
+
+def _exit_message(spec: str, e: SystemExit) -> str:
+    return (f"importing {spec} called sys.exit({e.code!r}): a target module must not exit at import "
+            "(move the script part under `if __name__ == \"__main__\":`)")
+
+
+_IMPORT_OK = "__subclass_kit_import_ok__"
+_IMPORT_EXIT = "__subclass_kit_import_exit__"
+
+
+def _probe_import(spec: str, timeout) -> None:
+    """Import ``spec`` in a child interpreter first: a module that exits or kills its process
+    at import (``os._exit``, a signal) cannot be caught in this process, and would end the
+    check with its own exit status and no verdict."""
+    if spec in sys.modules:
+        return
+    import subprocess
+
+    if spec.endswith(".py") or os.sep in spec:
+        path = os.path.abspath(spec if spec.endswith(".py") else spec + ".py")
+        if not os.path.isfile(path):
+            raise UsageError(f"no such file: {spec}")
+        body = (f"import importlib.util, sys; sys.path.insert(0, {os.path.dirname(path)!r}); "
+                f"s = importlib.util.spec_from_file_location({os.path.splitext(os.path.basename(path))[0]!r}, {path!r}); "
+                "m = importlib.util.module_from_spec(s); sys.modules[s.name] = m; s.loader.exec_module(m)")
+    else:
+        body = f"import importlib; importlib.import_module({spec!r})"
+    code = (f"import sys; sys.path[:0] = {list(sys.path)!r}\ntry:\n    {body}\nexcept SystemExit as e:\n"
+            f"    print({_IMPORT_EXIT!r}, repr(e.code), flush=True)\n    raise\nprint({_IMPORT_OK!r}, flush=True)")
+    limit = DEFAULT_TIMEOUT if timeout is None else (timeout or None)
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        raise UsageError(f"importing {spec} did not finish within {limit:g}s (a hang at import?)") from None
+    if _IMPORT_OK in proc.stdout:
+        return
+    for line in proc.stdout.splitlines():
+        if line.startswith(_IMPORT_EXIT):
+            raise UsageError(
+                f"importing {spec} called sys.exit({line[len(_IMPORT_EXIT):].strip()}): a target module must "
+                "not exit at import (move the script part under `if __name__ == \"__main__\":`)"
+            )
+    err = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    last = f": {err[-1].strip()[:200]}" if err else ""
+    if proc.returncode < 0:
+        import signal
+
+        try:
+            sig = signal.Signals(-proc.returncode).name
+        except ValueError:
+            sig = f"signal {-proc.returncode}"
+        raise UsageError(f"importing {spec} killed its process ({sig}){last}; a target module must import cleanly")
+    if "Traceback" in proc.stderr and "SystemExit" not in proc.stderr:
+        return  # an ordinary exception: the in-process import reports it with its message
+    raise UsageError(
+        f"importing {spec} ended its process with exit status {proc.returncode} (sys.exit or os._exit at "
+        f"import){last}; a target module must import cleanly (move the script part under "
+        "`if __name__ == \"__main__\":`)"
+    )
 
 
 def load_target(target: str):
@@ -198,11 +275,18 @@ def _cmd_check(args) -> int:
     # Usage errors that need no import come first, so they are reported instantly.
     for t in args.targets:
         _check_syntax(t)
-    if args.json:
-        folder = os.path.dirname(os.path.abspath(args.json))
-        if not os.path.isdir(folder):
-            raise UsageError(f"--json {args.json}: directory {folder} does not exist")
+    for flag, path in (("--json", args.json), ("--markdown", args.markdown)):
+        if path:
+            folder = os.path.dirname(os.path.abspath(path))
+            if not os.path.isdir(folder):
+                raise UsageError(f"{flag} {path}: directory {folder} does not exist")
+    if args.ops and not args.opinfo:
+        raise UsageError("--ops selects OpInfo ops and needs --opinfo")
+    if args.timeout is not None and args.timeout < 0:
+        raise UsageError(f"--timeout {args.timeout:g}: must be seconds >= 0 (0: no limit)")
     sys.path.insert(0, os.getcwd())
+    for t in args.targets:
+        _probe_import(t.rsplit(":", 1)[0], args.timeout)
     targets = [(t, load_target(t)) for t in args.targets] if args.targets else builtin_targets()
     backends = tuple(args.backend) if args.backend else DEFAULT_BACKENDS
     _validate_backends(backends)
@@ -230,6 +314,8 @@ def _cmd_check(args) -> int:
                 subjects += resolve(obj)
             except SamplesError as e:
                 raise UsageError(f"{label}: {e}") from None
+            except SystemExit as e:
+                raise UsageError(f"{label}: making the samples called sys.exit({e.code!r})") from None
             except Exception as e:
                 raise UsageError(f"{label}: cannot make samples: {type(e).__name__}: {_one_line(e)}") from None
         t0 = time.perf_counter()
@@ -243,9 +329,15 @@ def _cmd_check(args) -> int:
             only=args.only,
             on_row=on_row,
             aoti=args.aoti,
+            opinfo=(args.ops or True) if args.opinfo else False,
+            timeout=DEFAULT_TIMEOUT if args.timeout is None else args.timeout,
         )
     except UnknownCheckError as e:  # a typo in --only: a usage error, not a run of 0 checks
         raise UsageError(str(e).removeprefix("check_subclass: ").replace("only=", "--only ")) from None
+    except ValueError as e:
+        if "OpInfo" not in str(e):
+            raise
+        raise UsageError(f"--ops: {e}") from None
     finally:
         if group is not None:
             group.__exit__(None, None, None)
@@ -258,6 +350,14 @@ def _cmd_check(args) -> int:
         print(f"\n{len(fails)} failing check(s):")
         for subject, row in fails:
             print(f"  {subject} {row.name}: {row.message}")
+    coverage = [r for r in reports if r.coverage() is not None]
+    if coverage:
+        print("\nOpInfo coverage:")
+        for r in coverage:
+            print(f"  {r.coverage_line()}")
+            for outcome, names in r.coverage()["by_outcome"].items():
+                if names:
+                    print(f"    {outcome}: {', '.join(names)}")
     verdict = "all checks passed" if ok else f"FAILED ({len(fails)} failing)"
     print(f"\n{verdict} in {wall:.1f}s (backends: {', '.join(backends)})")
     tot = {k: sum(r.counts().get(k, 0) for r in reports) for k in ("pass", "fail", "skip")}
@@ -275,6 +375,12 @@ def _cmd_check(args) -> int:
         }
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
+    if args.markdown:
+        head = [f"# subclass-kit check: {'all checks passed' if ok else 'FAILED'}", "",
+                f"{tot['pass']} passed, {tot['fail']} failed, {tot['skip']} skipped in {wall:.1f}s "
+                f"(backends: {', '.join(backends)})", ""]
+        with open(args.markdown, "w") as f:
+            f.write("\n".join(head) + "\n" + "\n".join(r.to_markdown() for r in reports))
     return 0 if ok else 1
 
 

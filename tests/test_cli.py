@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -204,3 +205,45 @@ def test_explain_degrades_clearly_without_the_guards_explainer(tmp_path, monkeyp
     assert "lacks build_call/explain_recompiles" in out
     assert out.count("compiled") == 2 and "call 1: reused" in out
     assert "dynamo: " in out and "size mismatch" in out
+
+
+@pytest.mark.parametrize(
+    "body, words",
+    [
+        ("import sys\nsys.exit(0)", "called sys.exit(0)"),
+        ("import sys\nsys.exit(3)", "called sys.exit(3)"),
+        ("raise SystemExit('bye')", "called sys.exit('bye')"),
+        ("import os\nos._exit(7)", "ended its process with exit status 7"),
+        ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)", "killed its process (SIGKILL)"),
+    ],
+    ids=["exit-0", "exit-3", "systemexit-msg", "os-exit-7", "sigkill"],
+)
+def test_a_target_that_exits_or_dies_at_import_is_a_usage_error(tmp_path, body, words, monkeypatch, capsys):
+    # In this process (the import is probed in a child of its own, which is what is tested).
+    from subclass_kit.cli import main
+
+    (tmp_path / "quitter.py").write_text(body + "\nX = 1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    assert main(["check", "quitter:X", "--backend", "eager"]) == 2
+    out, err = capsys.readouterr()
+    err = err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("subclass-kit: error: importing quitter "), err
+    assert words in err[0] and ("import cleanly" in err[0] or "exit at import" in err[0]), err[0]
+    assert out == "" and "quitter" not in sys.modules
+
+
+def test_opinfo_prints_coverage_and_writes_it_to_json_and_markdown(tmp_path):
+    js, md = tmp_path / "r.json", tmp_path / "r.md"
+    r = run("check", "subclass_kit.examples:TwoTensor", "--opinfo", "--ops", "neg,mm", "--only", "opinfo",
+            "--backend", "eager", "--json", str(js), "--markdown", str(md))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "PASS" in r.stdout and "opinfo[neg]" in r.stdout and "opinfo[mm]" in r.stdout
+    assert "OpInfo coverage:\n  TwoTensor: 2 of 2 ops pass" in r.stdout and "pass: mm, neg" in r.stdout
+    doc = json.loads(js.read_text())
+    assert doc["reports"][0]["opinfo"]["by_outcome"]["pass"] == ["mm", "neg"]
+    assert "| pass | 2 | mm, neg |" in md.read_text()
+    bad = run("check", "subclass_kit.examples:TwoTensor", "--ops", "neg")
+    assert bad.returncode == 2 and "--ops selects OpInfo ops and needs --opinfo" in bad.stderr
+    typo = run("check", "subclass_kit.examples:TwoTensor", "--opinfo", "--ops", "nge", "--backend", "eager")
+    assert typo.returncode == 2 and "no OpInfo named 'nge'" in typo.stderr, typo.stderr

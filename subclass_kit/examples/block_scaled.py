@@ -49,6 +49,14 @@ class BlockScaled(WrapperTensor):
         q = torch.round(x / scale.repeat_interleave(block, dim=0)[:rows]).clamp(-127, 127)
         return cls(q.to(torch.int8), scale, block=block, dtype=x.dtype)
 
+    @classmethod
+    def from_plain(cls, t: torch.Tensor) -> "BlockScaled":
+        """Quantize ``t`` (the hook the checker's OpInfo sweep builds instances with); 2-D
+        floating tensors only, anything else is a ValueError."""
+        if t.dim() != 2 or not t.dtype.is_floating_point:
+            raise ValueError(f"BlockScaled holds 2-D floating tensors; got {t.dim()}-D {t.dtype}")
+        return cls.from_float(t)
+
     def to_plain(self) -> torch.Tensor:
         """Dequantized dense tensor in the outer dtype."""
         rows = self.qdata.shape[0]

@@ -50,6 +50,14 @@ class ScaledTensor(WrapperTensor):
         qdata = torch.round(x / scale).clamp(-127, 127).to(torch.int8)
         return cls(qdata, scale, dtype=x.dtype)
 
+    @classmethod
+    def from_plain(cls, t: torch.Tensor) -> "ScaledTensor":
+        """Quantize ``t`` (the hook the checker's OpInfo sweep builds instances with); 2-D
+        floating tensors only, anything else is a ValueError."""
+        if t.dim() != 2 or not t.dtype.is_floating_point:
+            raise ValueError(f"ScaledTensor holds 2-D floating tensors; got {t.dim()}-D {t.dtype}")
+        return cls.from_float(t)
+
     def to_plain(self) -> torch.Tensor:
         """Dequantized dense tensor in the outer dtype."""
         return (self.qdata.to(self.scale.dtype) * self.scale).to(self.dtype)

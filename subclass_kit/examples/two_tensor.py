@@ -30,6 +30,11 @@ class TwoTensor(WrapperTensor):
 
     __fallback__ = fallbacks.map_inner
 
+    @classmethod
+    def from_plain(cls, t: torch.Tensor) -> "TwoTensor":
+        """``TwoTensor(t, t.clone())``: the hook the checker's OpInfo sweep builds instances with."""
+        return cls(t, t.clone())
+
     def to_plain(self) -> torch.Tensor:
         """The first tensor: every op keeps ``a`` equal to the dense computation on ``a``."""
         return self.a

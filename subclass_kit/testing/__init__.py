@@ -17,6 +17,7 @@ Example:
 
 from .errors import SamplesError as SamplesError, SubclassCheckError as SubclassCheckError
 from .parametrize import parametrize_backends as parametrize_backends, parametrize_pytree_impls as parametrize_pytree_impls
+from .opinfo import OpResult as OpResult, OpSweep as OpSweep, sweep_op as sweep_op, sweep_ops as sweep_ops
 from .report import CheckReport as CheckReport, CheckRow as CheckRow
 from .runner import check_subclass as check_subclass
 
@@ -28,4 +29,8 @@ __all__ = [
     "SamplesError",
     "parametrize_backends",
     "parametrize_pytree_impls",
+    "sweep_ops",
+    "sweep_op",
+    "OpSweep",
+    "OpResult",
 ]

@@ -53,6 +53,8 @@ class Run:
     serialization: bool
     only: tuple = ()
     aoti: bool = False  # opt-in AOTInductor row (slow)
+    opinfo: object = False  # opt-in OpInfo sweep: True (every op) or op names
+    timeout: float | None = None  # seconds per row (None: no limit)
     status: dict = field(default_factory=dict)  # check name -> status
     passed_cases: list = field(default_factory=list)  # OpCases that passed eager
     state: dict = field(default_factory=dict)  # free-form, per family

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..errors import SubclassKitError
 
-__all__ = ["SubclassCheckError", "SamplesError"]
+__all__ = ["SubclassCheckError", "SamplesError", "CheckTimeout"]
 
 
 class SubclassCheckError(SubclassKitError, AssertionError):
@@ -24,3 +24,15 @@ class SubclassCheckError(SubclassKitError, AssertionError):
 
 class SamplesError(SubclassKitError, TypeError):
     """``check_subclass`` was given something it cannot turn into wrapped-tensor samples."""
+
+
+class CheckTimeout(BaseException):
+    """A check or an op ran past its time limit (see :func:`~subclass_kit.testing.deadline`).
+
+    A ``BaseException`` on purpose: an ``except Exception`` in the code under check must not
+    swallow the interruption and keep hanging.
+    """
+
+    def __init__(self, message: str, frame_where: str = ""):
+        super().__init__(message)
+        self.where = frame_where

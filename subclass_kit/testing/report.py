@@ -14,6 +14,8 @@ from .errors import SubclassCheckError
 __all__ = ["CheckRow", "CheckReport", "PASS", "FAIL", "SKIP", "format_row", "format_summary"]
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+# The OpInfo sweep's outcomes (subclass_kit.testing.opinfo.OUTCOMES), in report order.
+OPINFO_OUTCOMES = ("pass", "wrong", "error", "timeout", "unsupported", "skip")
 JSON_VERSION = 1
 
 
@@ -32,6 +34,7 @@ class CheckRow:
     seconds: float
     message: str = ""
     subject: str = ""
+    outcome: str = ""  # the OpInfo sweep's finer outcome (wrong, unsupported, ...) on opinfo rows
 
     @property
     def ok(self) -> bool:
@@ -42,6 +45,8 @@ class CheckRow:
         """The row as a JSON-able dict."""
         d = asdict(self)
         d["seconds"] = round(self.seconds, 4)
+        if not d["outcome"]:
+            del d["outcome"]
         return d
 
 
@@ -108,15 +113,64 @@ class CheckReport:
             lines.append(f"  - {r.name}: {r.message}")
         raise SubclassCheckError("\n".join(lines), report=self)
 
+    def coverage(self) -> dict | None:
+        """The OpInfo sweep's coverage, or None when it did not run: ``{"ops": M, "pass": N,
+        "by_outcome": {outcome: [op names]}}`` (outcomes: pass, wrong, error, timeout,
+        unsupported, skip).
+
+        Example:
+            >>> r = CheckReport("Demo", [CheckRow("opinfo[neg]", "pass", 0.0, outcome="pass"),
+            ...                          CheckRow("opinfo[sin]", "skip", 0.0, "unsupported: ...", outcome="unsupported")])
+            >>> r.coverage()["pass"], r.coverage()["ops"], r.coverage()["by_outcome"]["unsupported"]
+            (1, 2, ['sin'])
+        """
+        rows = [r for r in self.rows if r.name.startswith("opinfo[")]
+        if not rows:
+            return None
+        by: dict = {o: [] for o in OPINFO_OUTCOMES}
+        for r in rows:
+            outcome = r.outcome or ("skip" if r.status == SKIP else "error" if r.status == FAIL else "pass")
+            by.setdefault(outcome, []).append(r.name[len("opinfo["):-1])
+        return {"ops": len(rows), "pass": len(by["pass"]), "by_outcome": by}
+
+    def coverage_line(self) -> str:
+        """``"Demo: N of M ops pass (0 wrong, ...)"``, or "" without an OpInfo sweep."""
+        cov = self.coverage()
+        if cov is None:
+            return ""
+        rest = ", ".join(f"{len(v)} {k}" for k, v in cov["by_outcome"].items() if k != "pass")
+        return f"{self.subject}: {cov['pass']} of {cov['ops']} ops pass ({rest})"
+
     def to_json(self) -> dict:
-        """The report as a JSON-able dict (``subject``, ``ok``, ``counts``, ``rows``)."""
-        return {
+        """The report as a JSON-able dict (``subject``, ``ok``, ``counts``, ``rows``, and
+        ``opinfo`` with the coverage when the sweep ran)."""
+        out = {
             "subject": self.subject,
             "ok": self.ok,
             "counts": self.counts(),
             "seconds": round(self.seconds, 3),
             "rows": [r.to_json() for r in self.rows],
         }
+        cov = self.coverage()
+        if cov is not None:
+            out["opinfo"] = cov
+        return out
+
+    def to_markdown(self) -> str:
+        """The report as Markdown: a row table, then the OpInfo coverage when the sweep ran."""
+        lines = [f"## {self.subject}", "", f"{'passed' if self.ok else 'FAILED'}: "
+                 + ", ".join(f"{n} {k}" for k, n in self.counts().items()), "",
+                 "| check | status | seconds | message |", "|---|---|---|---|"]
+        for r in self.rows:
+            msg = r.message.replace("|", "\\|").replace("\n", " ")
+            lines.append(f"| `{r.name}` | {_MARK.get(r.status, r.status)} | {r.seconds:.2f} | {msg} |")
+        cov = self.coverage()
+        if cov is not None:
+            lines += ["", f"### OpInfo coverage: {cov['pass']} of {cov['ops']} ops pass", "",
+                      "| outcome | ops | which |", "|---|---|---|"]
+            for k, names in cov["by_outcome"].items():
+                lines.append(f"| {k} | {len(names)} | {', '.join(names) or '-'} |")
+        return "\n".join(lines) + "\n"
 
     def __str__(self) -> str:
         lines = [format_row(r) for r in self.rows]

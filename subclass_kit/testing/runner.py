@@ -24,10 +24,12 @@ from . import (
     _export as export,
     _identity as identity,
     _objects as objects,
+    _opinfo as opinfo,
     _protocol as protocol,
     _serialization as serialization,
 )
 from ._check import Check, Fail, Run, Skip, selected as _selected
+from ._deadline import CheckTimeout, deadline
 from .parametrize import BACKENDS
 from ._ops import default_cases, user_cases
 from .report import FAIL, PASS, SKIP, CheckReport, CheckRow
@@ -37,21 +39,55 @@ __all__ = ["check_subclass", "check_subjects", "Check", "Fail", "Skip", "Run", "
 
 
 
+# Seconds a row may run before it is interrupted and fails as a hang: far above what any
+# row takes on a loaded 2-core machine (an inductor compile of every op: ~60 s).
+DEFAULT_TIMEOUT = 600.0
+
+
+def _valid_timeout(timeout):
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"check_subclass: timeout must be seconds >= 0 or None (0/None: no limit); got {timeout!r}")
+    return float(timeout) or None
+
+
+def _opinfo_spec(opinfo):
+    """``opinfo=``: False, True (every OpInfo op), or op names (a list or "a,b")."""
+    if opinfo is False or opinfo is None:
+        return False
+    if opinfo is True:
+        return True
+    if isinstance(opinfo, str):
+        opinfo = [n.strip() for n in opinfo.split(",") if n.strip()]
+    opinfo = list(opinfo)
+    if not opinfo or not all(isinstance(n, str) for n in opinfo):
+        raise ValueError(f"check_subclass: opinfo= takes True or OpInfo op names; got {opinfo!r}")
+    return opinfo
+
+
 class UnknownCheckError(ValueError):
     """``only=`` names a check (or prefix) that does not exist."""
 
 
 def _families():
-    return (protocol, ctx, identity, eager, compiled, dynamic, autograd, export, serialization, objects, aoti)
+    return (protocol, ctx, identity, eager, compiled, dynamic, autograd, export, serialization, objects, aoti, opinfo)
 
 
-def _check_only(only, names, *, aoti: bool = False) -> None:
+def _check_only(only, names, *, aoti: bool = False, opinfo=False) -> None:
     """An ``only`` entry that selects no check is a typo: say so, with the valid names.
     Selecting the opt-in ``aoti`` row without turning it on gets its own advice."""
     if not only or not names:
         return
     bad = [o for o in only if not any(n.startswith(o) for n in names)]
     off = [o for o in bad if not aoti and "aoti.package".startswith(o)]
+    if not opinfo:
+        off_opinfo = [o for o in bad if "opinfo".startswith(o) or o.startswith("opinfo")]
+        if off_opinfo:
+            raise UnknownCheckError(
+                f"check_subclass: only={off_opinfo} selects the opt-in OpInfo sweep, which is off; "
+                "pass opinfo=True (CLI: --opinfo) to run it"
+            )
     if off:
         raise UnknownCheckError(
             f"check_subclass: only={off} selects the opt-in AOTInductor row, which is off; "
@@ -82,17 +118,34 @@ def _run_one(run: Run, check: Check) -> CheckRow:
         status, msg = SKIP, f"skipped because {', '.join(missing)} did not pass"
     else:
         try:
-            note = check.fn(run)
+            with deadline(run.timeout, f"{check.name} on {run.name}"):
+                note = check.fn(run)
             status, msg = PASS, (note or "")
         except Skip as e:
             status, msg = SKIP, str(e)
         except Fail as e:
             status, msg = FAIL, e.message
+        except CheckTimeout as e:
+            status, msg = FAIL, (f"{e}: a hang. Fix: find the loop or wait at that line; every op must return "
+                                 f"(the limit is timeout= / --timeout)")
+        except SystemExit as e:
+            # Code under check that exits would end the whole run and read as its verdict.
+            status, msg = FAIL, (f"called sys.exit({e.code!r}){_where(e)}; code under check must raise, not exit. "
+                                 "Fix: raise an exception instead of calling sys.exit")
         except Exception as e:
             status, msg = FAIL, _unexpected(e)
     secs = time.perf_counter() - t0
     run.status[check.name] = status
-    return CheckRow(check.name, status, secs, msg, subject=run.name)
+    outcome = run.state.get("outcomes", {}).get(check.name, "")
+    return CheckRow(check.name, status, secs, msg, subject=run.name, outcome=outcome)
+
+
+def _where(e: BaseException) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    for fr in reversed(tb):
+        if "/subclass_kit/testing/" not in fr.filename.replace("\\", "/"):
+            return f" at {fr.filename}:{fr.lineno} in {fr.name}"
+    return ""
 
 
 def _valid_backends(backends) -> tuple:
@@ -122,6 +175,8 @@ def check_subjects(
     only=None,
     on_row=None,
     aoti=False,
+    opinfo=False,
+    timeout=DEFAULT_TIMEOUT,
 ) -> list:
     """Run the battery on already-resolved subjects; one :class:`CheckReport` per subject."""
     backends = _valid_backends(backends)
@@ -130,7 +185,8 @@ def check_subjects(
     runs, plans, names = [], [], []
     for subject in subjects:
         cases = user_cases(ops) if ops is not None else default_cases(subject.cls)
-        run = Run(subject, cases, backends, dynamic, backward, export, serialization, tuple(only or ()), aoti=aoti)
+        run = Run(subject, cases, backends, dynamic, backward, export, serialization, tuple(only or ()), aoti=aoti,
+                  opinfo=_opinfo_spec(opinfo), timeout=_valid_timeout(timeout))
         plan = []
         for family in _families():
             full = family.plan(run)
@@ -138,7 +194,7 @@ def check_subjects(
             plan.extend(c for c in full if _selected(c.name, only))
         runs.append(run)
         plans.append([c for c in plan if not c.late] + [c for c in plan if c.late])
-    _check_only(only, names, aoti=aoti)
+    _check_only(only, names, aoti=aoti, opinfo=opinfo)
     # Families with work to start early for all subjects at once (one child process).
     for family in _families():
         start = getattr(family, "start", None)
@@ -174,6 +230,8 @@ def check_subclass(
     only=None,
     on_row=None,
     aoti: bool = False,
+    opinfo=False,
+    timeout=DEFAULT_TIMEOUT,
 ) -> CheckReport:
     """Check that a wrapper tensor subclass is compile-ready; say what is wrong if not.
 
@@ -199,6 +257,12 @@ def check_subclass(
         aoti: add the opt-in ``aoti.package`` row (slow): a model holding a sample as a
             parameter, as is and parametrized, exported and AOTInductor-packaged with a
             dynamic batch dim, equals eager.
+        opinfo: add the opt-in operator sweep: True runs torch's whole OpInfo database
+            through the class (``from_plain`` builds instances), a list (or ``"a,b"``) runs
+            those ops; one ``opinfo[<op>]`` row per op and an ``opinfo.coverage`` row
+            (see :func:`~subclass_kit.testing.sweep_ops`).
+        timeout: seconds a row (an OpInfo op) may run; past it the row fails as a hang,
+            naming where it was interrupted, and the run goes on. 0 or None: no limit.
         on_row: called with each :class:`CheckRow` as soon as it completes.
 
     Returns:
@@ -225,6 +289,8 @@ def check_subclass(
         only=only,
         on_row=on_row,
         aoti=aoti,
+        opinfo=opinfo,
+        timeout=timeout,
     )
     if len(reports) == 1:
         return reports[0]

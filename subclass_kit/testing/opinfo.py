@@ -1,0 +1,445 @@
+"""The operator sweep: torch's OpInfo database run through a wrapper subclass.
+
+``sweep_ops(from_plain)`` takes every op in torch's OpInfo database (or the ones named),
+draws each op's sample inputs (a dense dtype, by default float32), turns the sample's
+tensors into the subclass with ``from_plain``, runs the op, and compares the result with
+the same op on the dense values the subclass holds (``to_plain`` of the converted
+arguments, so a lossy class such as int8 ScaledTensor is judged on what it stores). Ops
+whose forward passes are then run backward, and their input gradients compared too.
+
+Each op ends in one :class:`OpResult` outcome:
+
+- ``pass``: every sample (forward, and backward when the op is differentiable) matched;
+- ``wrong``: a result or gradient differs from the dense op (a silent wrong answer: the
+  dangerous case, a failure);
+- ``error``: the subclass raised where the dense op did not (a failure);
+- ``timeout``: the op did not finish within ``timeout`` seconds (a failure);
+- ``unsupported``: the subclass raised ``NotImplementedError`` (``UnsupportedOpError``):
+  a clear refusal, not a failure;
+- ``skip``: the op could not be judged (the dtype is not supported, ``from_plain``
+  built no sample, the dense op itself raised), with the reason.
+
+The hook: a class offers ``from_plain(dense) -> instance`` as a classmethod (the kit's
+exemplars do); a distributed class takes its layout as keyword arguments, bound with
+``functools.partial`` (``partial(ShardedTensor.from_plain, mesh=mesh, placements=[Shard(0)])``).
+``from_plain`` may raise (``ValueError``, ``NotImplementedError``) for tensors it cannot
+hold (a 2-D-only class given a 3-D sample); that sample is then skipped. The reverse,
+``to_plain``, defaults to the instance's own ``to_plain()`` method.
+
+The sweep is deterministic (same ops, samples and order on every call), so every rank of a
+distributed world runs the same collectives in the same order.
+"""
+
+from __future__ import annotations
+
+import difflib
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import _compat, pytree
+from ._compare import _values
+from ._deadline import CheckTimeout, deadline
+
+__all__ = ["sweep_ops", "OpResult", "OpSweep", "opinfo_ops", "OUTCOMES", "FAILING"]
+
+PASS, WRONG, ERROR, TIMEOUT, UNSUPPORTED, SKIP = "pass", "wrong", "error", "timeout", "unsupported", "skip"
+OUTCOMES = (PASS, WRONG, ERROR, TIMEOUT, UNSUPPORTED, SKIP)
+FAILING = (WRONG, ERROR, TIMEOUT)
+
+
+@dataclass(frozen=True)
+class OpResult:
+    """One op's outcome in a sweep: ``op`` (OpInfo name, ``name.variant``), ``outcome`` (one
+    of :data:`OUTCOMES`), ``message``, the number of ``samples`` judged, ``backward``
+    (``"pass"``, ``"wrong"``, ``"error"``, ``"skip"`` or ``""`` when not run) and ``seconds``."""
+
+    op: str
+    outcome: str
+    message: str = ""
+    samples: int = 0
+    backward: str = ""
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome in FAILING
+
+    def to_json(self) -> dict:
+        return {"op": self.op, "outcome": self.outcome, "message": self.message, "samples": self.samples,
+                "backward": self.backward, "seconds": round(self.seconds, 4)}
+
+
+@dataclass
+class OpSweep:
+    """All :class:`OpResult` of one sweep, with a coverage summary.
+
+    Example:
+        >>> s = OpSweep("Demo", [OpResult("neg", "pass"), OpResult("sin", "unsupported", "no handler")])
+        >>> s.summary()
+        'Demo: 1 of 2 ops pass (0 wrong, 0 error, 0 timeout, 1 unsupported, 0 skip)'
+    """
+
+    subject: str
+    results: list = field(default_factory=list)
+
+    def by_outcome(self) -> dict:
+        """``{outcome: [op names]}`` for every outcome."""
+        out: dict = {o: [] for o in OUTCOMES}
+        for r in self.results:
+            out[r.outcome].append(r.op)
+        return out
+
+    @property
+    def ok(self) -> bool:
+        """True when no op was wrong, raised unexpectedly or timed out."""
+        return not any(r.failed for r in self.results)
+
+    def summary(self) -> str:
+        """One line: how many ops pass of how many, and the other outcomes' counts."""
+        b = self.by_outcome()
+        rest = ", ".join(f"{len(b[o])} {o}" for o in OUTCOMES[1:])
+        return f"{self.subject}: {len(b[PASS])} of {len(self.results)} ops pass ({rest})"
+
+    def to_json(self) -> dict:
+        b = self.by_outcome()
+        return {"subject": self.subject, "ops": len(self.results), "counts": {o: len(v) for o, v in b.items()},
+                "by_outcome": b, "results": [r.to_json() for r in self.results]}
+
+    def markdown(self) -> str:
+        """A Markdown coverage section: the counts, then the ops per outcome."""
+        b = self.by_outcome()
+        lines = [f"### OpInfo coverage: {self.subject}", "", f"{len(b[PASS])} of {len(self.results)} ops pass.", "",
+                 "| outcome | ops | which |", "|---|---|---|"]
+        for o in OUTCOMES:
+            lines.append(f"| {o} | {len(b[o])} | {', '.join(b[o]) or '-'} |")
+        return "\n".join(lines)
+
+
+def _full_name(info) -> str:
+    return f"{info.name}.{info.variant_test_name}" if info.variant_test_name else info.name
+
+
+def opinfo_ops(names=None) -> list:
+    """OpInfo entries of torch's database, all or those ``names`` lists (``"add"``,
+    ``"nn.functional.linear"``; a name without a variant selects all its variants).
+
+    Raises:
+        ValueError: a name matches no OpInfo (the message suggests close names).
+
+    Example:
+        >>> [_full_name(o) for o in opinfo_ops(["neg", "addmm"])]
+        ['addmm', 'addmm.decomposed', 'neg']
+    """
+    db = _compat.opinfo_db()
+    if names is None:
+        return db
+    if isinstance(names, str):
+        names = [n for n in names.split(",") if n.strip()]
+    names = [n.strip() for n in names]
+    known = {_full_name(o) for o in db} | {o.name for o in db}
+    bad = [n for n in names if n not in known]
+    if bad:
+        hints = []
+        for n in bad:
+            close = difflib.get_close_matches(n, sorted(known), n=3)
+            hints.append(f"{n!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        raise ValueError(f"no OpInfo named {', '.join(hints)}")
+    want = set(names)
+    return [o for o in db if _full_name(o) in want or o.name in want]
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:200]
+
+
+class _NoSample(Exception):
+    """from_plain could not build this sample."""
+
+
+def _convert(value, from_plain, dtype):
+    """The sample's tensors of ``dtype`` as subclass instances; returns (converted, count).
+    The sample's primary input must convert; other tensors stay dense when they cannot."""
+    count = [0]
+
+    def one(t, must: bool):
+        if type(t) is not torch.Tensor or t.dtype != dtype:
+            return t
+        try:
+            out = from_plain(t.detach().clone())
+        except Exception as e:
+            if must:
+                raise _NoSample(f"from_plain refused a {tuple(t.shape)} {t.dtype} tensor ({type(e).__name__}: {_first_line(e)})") from None
+            return t
+        count[0] += 1
+        return out.requires_grad_() if t.requires_grad else out
+
+    inp, args, kwargs = value
+    first = pytree.tree_map_only(torch.Tensor, lambda t: one(t, True), inp)
+    rest = pytree.tree_map_only(torch.Tensor, lambda t: one(t, False), (args, kwargs))
+    if count[0] == 0:
+        raise _NoSample("the sample has no tensor of the sweep's dtype")
+    return (first, rest[0], rest[1])
+
+
+def _is_wrapped(t) -> bool:
+    return isinstance(t, torch.Tensor) and type(t) is not torch.Tensor and _compat.is_traceable_wrapper_subclass(t)
+
+
+def _densify(value, to_plain):
+    def one(t):
+        if not _is_wrapped(t):
+            return t
+        d = to_plain(t)
+        return d
+
+    return pytree.tree_map_only(torch.Tensor, one, value)
+
+
+def _leaf_dense(value, to_plain):
+    """Dense leaves for the reference call (gradient-tracking when the wrapped one is)."""
+
+    def one(t):
+        if not _is_wrapped(t):
+            return t
+        d = to_plain(t).detach().clone()
+        return d.requires_grad_() if t.requires_grad and d.is_floating_point() else d
+
+    return pytree.tree_map_only(torch.Tensor, one, value)
+
+
+def _diff(actual, expected, path: str = "result", values: bool = True):
+    """First difference between a densified result and the dense one, or None."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            return f"{path}: got {type(actual).__name__}, expected a tensor"
+        if _is_wrapped(actual):
+            return f"{path}: to_plain() returned a {type(actual).__name__}, expected a plain tensor"
+        if expected.layout != torch.strided or actual.layout != torch.strided:
+            return None
+        return _values(actual.detach(), expected.detach(), path, values)
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
+            return f"{path}: got {type(actual).__name__}, expected {len(expected)} items"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            d = _diff(a, e, f"{path}[{i}]", values)
+            if d:
+                return d
+        return None
+    if not values:
+        return None
+    try:
+        same = bool(actual == expected) or (actual != actual and expected != expected)
+    except Exception:
+        same = False
+    return None if same else f"{path}: {actual!r:.60}, expected {expected!r:.60}"
+
+
+def _tensors(value) -> list:
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _grad_leaves(value) -> list:
+    return [t for t in _tensors(value) if t.requires_grad and t.is_leaf]
+
+
+def _backward(info, sample, from_plain, to_plain, dtype):
+    """None when the input gradients match the dense ones; else ``(outcome, message)``."""
+    try:
+        conv = _convert((sample.input, sample.args, sample.kwargs), from_plain, dtype)
+    except _NoSample:
+        return None
+    ref_args = _leaf_dense(conv, to_plain)
+    ins, ref_ins = _grad_leaves(conv), _grad_leaves(ref_args)
+    if not ins or len(ins) != len(ref_ins):
+        return None
+    try:
+        ref = info.op(ref_args[0], *ref_args[1], **ref_args[2])
+        ref_outs = [t for t in _tensors(ref) if t.requires_grad]
+        if not ref_outs:
+            return None
+        ref_grads = torch.autograd.grad(ref_outs, ref_ins, [torch.ones_like(t) for t in ref_outs], allow_unused=True)
+    except Exception:
+        return None  # the dense backward itself fails: nothing to judge
+    try:
+        out = info.op(conv[0], *conv[1], **conv[2])
+        outs = [t for t in _tensors(out) if t.requires_grad]
+        if len(outs) != len(ref_outs):
+            return WRONG, f"backward: {len(outs)} differentiable outputs, the dense op has {len(ref_outs)}"
+        grads = torch.autograd.grad(outs, ins, [torch.ones_like(t) for t in outs], allow_unused=True)
+    except NotImplementedError as e:
+        return UNSUPPORTED, f"backward: {type(e).__name__}: {_first_line(e)}"
+    except Exception as e:
+        return ERROR, f"backward raised {type(e).__name__}: {_first_line(e)}"
+    for i, (g, rg) in enumerate(zip(grads, ref_grads)):
+        if rg is None or g is None:
+            if (rg is None) != (g is None):
+                return WRONG, f"backward: grad of input {i} is {'None' if g is None else 'set'}, dense is {'None' if rg is None else 'set'}"
+            continue
+        d = _diff(_densify(g, to_plain), rg, f"grad[{i}]")
+        if d:
+            return WRONG, f"backward: {d}"
+    return None
+
+
+def _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward):
+    name = _full_name(info)
+    try:
+        dtypes = info.supported_dtypes(torch.device(device).type)
+    except Exception:
+        dtypes = ()
+    if dtype not in dtypes:
+        return OpResult(name, SKIP, f"the op does not support {dtype} on {device}")
+    judged, reasons, notes = 0, [], []
+    try:
+        samples = info.sample_inputs(device, dtype, requires_grad=False)
+    except Exception as e:
+        return OpResult(name, SKIP, f"OpInfo could not make samples ({type(e).__name__}: {_first_line(e)})")
+    for sample in samples:
+        if judged >= max_samples:
+            break
+        try:
+            conv = _convert((sample.input, sample.args, sample.kwargs), from_plain, dtype)
+        except _NoSample as e:
+            reasons.append(str(e))
+            continue
+        dense_args = _leaf_dense(conv, to_plain)
+        try:
+            ref = info.op(dense_args[0], *dense_args[1], **dense_args[2])
+            again = info.op(dense_args[0], *dense_args[1], **dense_args[2])
+        except Exception as e:
+            reasons.append(f"the dense op raised {type(e).__name__}: {_first_line(e)}")
+            continue
+        deterministic = _diff(again, ref) is None
+        try:
+            out = info.op(conv[0], *conv[1], **conv[2])
+        except NotImplementedError as e:
+            return OpResult(name, UNSUPPORTED, f"{type(e).__name__}: {_first_line(e)}", judged)
+        except Exception as e:
+            return OpResult(name, ERROR, f"raised {type(e).__name__} where the dense op did not: {_first_line(e)}", judged)
+        try:
+            d = _diff(_densify(out, to_plain), ref, values=deterministic)
+        except Exception as e:
+            return OpResult(name, ERROR, f"to_plain() of the result raised {type(e).__name__}: {_first_line(e)}", judged)
+        if d:
+            return OpResult(name, WRONG, f"sample {judged} ({_describe_sample(sample)}): {d}", judged)
+        if not deterministic and "random results: shapes and dtypes compared" not in notes:
+            notes.append("random results: shapes and dtypes compared")
+        judged += 1
+    if judged == 0:
+        why = reasons[0] if reasons else "OpInfo gave no sample"
+        return OpResult(name, SKIP, f"no sample could be judged: {why}")
+    bwd = ""
+    if backward and info.supports_autograd and dtype.is_floating_point and not notes:
+        bwd = PASS
+        n = 0
+        for sample in info.sample_inputs(device, dtype, requires_grad=True):
+            if n >= max_samples:
+                break
+            n += 1
+            bad = _backward(info, sample, from_plain, to_plain, dtype)
+            if bad is not None:
+                outcome, msg = bad
+                if outcome == UNSUPPORTED:
+                    bwd = UNSUPPORTED
+                    notes.append(msg)
+                    break
+                return OpResult(name, outcome, msg, judged, outcome)
+    return OpResult(name, PASS, "; ".join(notes), judged, bwd)
+
+
+def _describe_sample(sample) -> str:
+    def d(v):
+        if isinstance(v, torch.Tensor):
+            return f"{tuple(v.shape)}"
+        if isinstance(v, (list, tuple)) and any(isinstance(x, torch.Tensor) for x in v):
+            return "[" + ", ".join(d(x) for x in v) + "]"
+        return repr(v)[:20]
+
+    parts = [d(sample.input)] + [d(a) for a in sample.args] + [f"{k}={d(v)}" for k, v in sample.kwargs.items()]
+    return ", ".join(parts)
+
+
+def sweep_op(info, from_plain, *, to_plain=None, dtype=torch.float32, device="cpu", max_samples: int = 3,
+             backward: bool = True, timeout: float | None = 30.0) -> OpResult:
+    """Run one OpInfo entry through the subclass (see :func:`sweep_ops`); never raises for
+    the op's behaviour: every outcome is an :class:`OpResult`."""
+    to_plain = to_plain or _default_to_plain
+    name = _full_name(info)
+    t0 = time.perf_counter()
+    try:
+        # torch's own deprecation notices from the ops under test are not the subject's.
+        with deadline(timeout, f"op {name}"), torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.manual_seed(0)
+            res = _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward)
+    except CheckTimeout as e:
+        res = OpResult(name, TIMEOUT, str(e))
+    except Exception as e:  # the sweep's own machinery met something unexpected: say so
+        res = OpResult(name, ERROR, f"raised {type(e).__name__}: {_first_line(e)}")
+    return OpResult(res.op, res.outcome, res.message, res.samples, res.backward, time.perf_counter() - t0)
+
+
+def _default_to_plain(t):
+    fn = getattr(t, "to_plain", None)
+    if fn is None:
+        raise TypeError(f"{type(t).__qualname__} has no to_plain(); pass to_plain= to sweep_ops")
+    return fn()
+
+
+def _resolve_from_plain(from_plain):
+    if isinstance(from_plain, type):
+        hook = getattr(from_plain, "from_plain", None)
+        if hook is None:
+            raise TypeError(
+                f"{from_plain.__qualname__} has no from_plain(dense) classmethod, so the OpInfo sweep cannot "
+                "build instances of it; add `@classmethod def from_plain(cls, t): ...` returning an instance "
+                "that holds t, or pass a callable"
+            )
+        return hook, from_plain.__qualname__
+    if not callable(from_plain):
+        raise TypeError(f"sweep_ops takes a class with from_plain() or a callable dense -> instance; got {from_plain!r}")
+    owner = getattr(getattr(from_plain, "func", from_plain), "__self__", None)
+    name = owner.__qualname__ if isinstance(owner, type) else getattr(from_plain, "__qualname__", "subject")
+    return from_plain, name
+
+
+def sweep_ops(from_plain, *, ops=None, to_plain=None, dtype=torch.float32, device="cpu", max_samples: int = 3,
+              backward: bool = True, timeout: float | None = 30.0, on_result=None, subject=None) -> OpSweep:
+    """Run torch's OpInfo database through a wrapper subclass; say per op whether it is right.
+
+    Args:
+        from_plain: a class with a ``from_plain(dense)`` classmethod, or any callable that
+            turns a dense tensor into an instance (``functools.partial`` binds a layout:
+            ``partial(ShardedTensor.from_plain, mesh=mesh, placements=[Shard(0)])``).
+        ops: OpInfo names to run (a list or a comma-separated string); default: all.
+        to_plain: instance -> dense tensor; default: the instance's ``to_plain()``.
+        dtype, device: the samples' dtype and device (default float32 on CPU).
+        max_samples: samples judged per op (the first ones OpInfo yields).
+        backward: also compare input gradients for ops whose forward passed.
+        timeout: seconds per op (None or 0: no limit); a hang becomes a ``timeout`` outcome.
+        on_result: called with each :class:`OpResult` as soon as it is known.
+        subject: the name in the summary (default: the class's).
+
+    Returns:
+        An :class:`OpSweep`: ``.results``, ``.by_outcome()``, ``.summary()``, ``.ok``,
+        ``.to_json()``, ``.markdown()``.
+
+    Example:
+        >>> from subclass_kit.examples import TwoTensor
+        >>> sweep = sweep_ops(TwoTensor, ops="neg,mul", max_samples=1)
+        >>> [(r.op, r.outcome) for r in sweep.results]
+        [('mul', 'pass'), ('neg', 'pass')]
+    """
+    make, name = _resolve_from_plain(from_plain)
+    sweep = OpSweep(subject or name)
+    for info in opinfo_ops(ops):
+        res = sweep_op(info, make, to_plain=to_plain, dtype=dtype, device=device, max_samples=max_samples,
+                       backward=backward, timeout=timeout)
+        sweep.results.append(res)
+        if on_result is not None:
+            on_result(res)
+    return sweep

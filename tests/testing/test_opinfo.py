@@ -1,0 +1,169 @@
+"""The OpInfo operator sweep: the exemplars pass a bounded set of ops; planted wrong
+results, refusals, crashes and hangs each get their own outcome."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from subclass_kit import WrapperTensor, fallbacks, inner
+from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
+from subclass_kit.testing import check_subclass, sweep_ops
+from subclass_kit.testing.opinfo import opinfo_ops
+
+aten = torch.ops.aten
+FAST_OPS = ["neg", "add", "mul", "sum", "mm", "nn.functional.linear", "t", "view", "softmax"]
+
+
+class WrongSin(WrapperTensor):
+    """A planted bug: the fallback is right except for sin, which it serves as cos."""
+
+    a: torch.Tensor = inner()
+
+    @classmethod
+    def from_plain(cls, t):
+        return cls(t)
+
+    def to_plain(self):
+        return self.a
+
+    def __fallback__(func, types, args, kwargs):
+        if func is aten.sin.default:
+            func = aten.cos.default
+        return fallbacks.to_plain(func, types, args, kwargs)
+
+
+class Refuses(WrapperTensor):
+    """No fallback: every op but neg is unsupported (UnsupportedOpError)."""
+
+    a: torch.Tensor = inner()
+
+    @classmethod
+    def from_plain(cls, t):
+        return cls(t)
+
+    def to_plain(self):
+        return self.a
+
+
+@Refuses.implements(aten.neg.default)
+def _neg(func, types, args, kwargs):
+    return torch.neg(args[0].a)
+
+
+class Crashes(Refuses):
+    pass
+
+
+@Crashes.implements(aten.sin.default)
+def _sin(func, types, args, kwargs):
+    raise RuntimeError("the handler is broken")
+
+
+class Hangs(Refuses):
+    pass
+
+
+@Hangs.implements(aten.sin.default)
+def _hang(func, types, args, kwargs):
+    while True:
+        time.sleep(0.01)
+
+
+class WrongGrad(WrapperTensor):
+    """sin's forward is right, its backward (cos) is wrong."""
+
+    a: torch.Tensor = inner()
+
+    @classmethod
+    def from_plain(cls, t):
+        return cls(t)
+
+    def to_plain(self):
+        return self.a
+
+    def __fallback__(func, types, args, kwargs):
+        if func is aten.cos.default:
+            func = aten.sin.default
+        return fallbacks.to_plain(func, types, args, kwargs)
+
+
+@pytest.mark.parametrize("cls", [TwoTensor, ScaledTensor, BlockScaled], ids=lambda c: c.__name__)
+def test_the_exemplars_pass_a_bounded_sweep(cls):
+    sweep = sweep_ops(cls, ops=FAST_OPS, max_samples=2)
+    assert sweep.ok, [r for r in sweep.results if r.failed]
+    by = sweep.by_outcome()
+    assert {"neg", "add", "mm", "nn.functional.linear"} <= set(by["pass"]), sweep.results
+    assert len(sweep.results) == len(opinfo_ops(FAST_OPS))
+    assert all(r.backward == "pass" for r in sweep.results if r.op in ("neg", "mm"))
+
+
+def test_a_planted_wrong_fallback_is_flagged_wrong_and_fails_its_row():
+    sweep = sweep_ops(WrongSin, ops="sin,neg", max_samples=1)
+    res = {r.op: r for r in sweep.results}
+    assert res["sin"].outcome == "wrong" and "values differ" in res["sin"].message
+    assert res["neg"].outcome == "pass"
+    assert not sweep.ok and "1 of 2 ops pass (1 wrong" in sweep.summary()
+    report = check_subclass(WrongSin.from_plain(torch.randn(3, 4)), backends=(), only=["opinfo"], opinfo=["sin", "neg"])
+    row = report.row("opinfo[sin]")
+    assert row.status == "fail" and row.outcome == "wrong" and row.message.startswith("WRONG: ")
+    assert "Fix:" in row.message and "WrongSin" in row.message
+    assert report.row("opinfo[neg]").status == "pass"
+    cov = report.coverage()
+    assert cov["ops"] == 2 and cov["pass"] == 1 and cov["by_outcome"]["wrong"] == ["sin"]
+    assert report.to_json()["opinfo"] == cov
+    md = report.to_markdown()
+    assert "OpInfo coverage: 1 of 2 ops pass" in md and "| wrong | 1 | sin |" in md
+
+
+def test_a_wrong_backward_is_flagged_when_the_forward_is_right():
+    res = sweep_ops(WrongGrad, ops="sin", max_samples=1).results[0]
+    assert res.outcome == "wrong" and res.backward == "wrong" and res.message.startswith("backward: grad[0]")
+
+
+def test_refusals_crashes_and_hangs_are_told_apart():
+    refused = sweep_ops(Refuses, ops="sin,neg", max_samples=1)
+    assert {r.op: r.outcome for r in refused.results} == {"sin": "unsupported", "neg": "pass"}
+    assert refused.ok and "implements" in {r.op: r for r in refused.results}["sin"].message
+    crashed = sweep_ops(Crashes, ops="sin", max_samples=1).results[0]
+    assert crashed.outcome == "error" and "the handler is broken" in crashed.message
+    t0 = time.monotonic()
+    hung = sweep_ops(Hangs, ops="sin,neg", max_samples=1, timeout=1.0)
+    assert time.monotonic() - t0 < 30
+    assert {r.op: r.outcome for r in hung.results} == {"sin": "timeout", "neg": "pass"}
+    msg = {r.op: r for r in hung.results}["sin"].message
+    assert "did not finish within 1s" in msg and "_hang" in msg
+
+
+def test_rows_for_unsupported_and_skipped_ops_are_skips_with_reasons():
+    report = check_subclass(Refuses.from_plain(torch.randn(3, 4)), backends=(), only=["opinfo"], opinfo="sin,neg")
+    assert report.ok
+    assert report.row("opinfo[sin]").status == "skip"
+    assert report.row("opinfo[sin]").message.startswith("unsupported: ")
+    scaled = check_subclass(ScaledTensor, backends=(), only=["opinfo"], opinfo=["split"])
+    row = scaled.row("opinfo[split]")
+    assert row.status == "skip" and "from_plain refused" in row.message and "2-D" in row.message
+
+
+def test_unknown_op_names_and_a_missing_hook_are_named():
+    with pytest.raises(ValueError, match="no OpInfo named 'sinn' .did you mean sin"):
+        sweep_ops(TwoTensor, ops="sinn")
+    with pytest.raises(TypeError, match="has no from_plain"):
+        sweep_ops(torch.Tensor, ops="sin")
+    from torch.testing._internal.two_tensor import TwoTensor as TorchTwo
+
+    report = check_subclass(TorchTwo(torch.ones(2), torch.ones(2)), backends=(), only=["opinfo"], opinfo="neg")
+    assert report.row("opinfo[neg]").status == "skip" and "no from_plain" in report.row("opinfo[neg]").message
+
+
+@pytest.mark.slow
+def test_a_wider_sweep_on_the_exemplars_finds_no_wrong_result():
+    # Every 6th OpInfo (about 120 ops): broad, and under ~2 minutes for the three classes.
+    names = sorted({o.name for o in opinfo_ops()})[::6]
+    for cls in (TwoTensor, ScaledTensor, BlockScaled):
+        sweep = sweep_ops(cls, ops=names, max_samples=2)
+        bad = [r for r in sweep.results if r.failed and not r.op.startswith(("fft.", "linalg.", "nn.functional.linear_cross"))]
+        assert not bad, bad
+        assert len(sweep.by_outcome()["pass"]) > len(sweep.results) // 4, sweep.summary()
