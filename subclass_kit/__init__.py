@@ -13,6 +13,7 @@ from .errors import (
     FieldDeclarationError as FieldDeclarationError,
     FrozenFieldError as FrozenFieldError,
     HandlerResultError as HandlerResultError,
+    ToPlainError as ToPlainError,
     InnerShapeError as InnerShapeError,
     InnerShapesKeyError as InnerShapesKeyError,
     LocalClassWarning as LocalClassWarning,
@@ -64,6 +65,7 @@ __all__ = [
     "OuterArgumentError",
     "InnerShapesKeyError",
     "HandlerResultError",
+    "ToPlainError",
     "LocalClassWarning",
 ]
 

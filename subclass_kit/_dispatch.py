@@ -232,7 +232,7 @@ def checked_handler(cls, func, h):
 
 
 def _result_message(cls, func, h, kinds, out) -> str:
-    op = op_name(func)
+    op = func if isinstance(func, str) else op_name(func)
     name = cls.__qualname__
     where = f"{getattr(h, '__module__', '?')}.{getattr(h, '__qualname__', h)}"
     want = kinds[0] if len(kinds) == 1 else "a tuple (" + ", ".join(kinds) + ")"
@@ -246,6 +246,34 @@ def _result_message(cls, func, h, kinds, out) -> str:
     return (
         f"{name}'s handler for {op} ({where}) returned {got}, but {op} returns {want}. {fix}"
     )
+
+
+def _checked_torch_function(cls, func, h):
+    """A torch-level handler checked like an aten handler, against the schema of the aten op
+    of the same name (``F.linear`` -> ``aten.linear``): a list where one tensor is due is a
+    ``HandlerResultError`` in eager, in ``nn.Linear`` and under compile, not a silent list."""
+    if not cls.__check_handlers__ or is_kit_handler(h):
+        return h
+    packet = getattr(torch.ops.aten, getattr(func, "__name__", ""), None)
+    op = getattr(packet, "default", None) if packet is not None else None
+    if op is None:
+        return h
+    kinds = _compat.op_return_types(op)
+    test = None if kinds is None else _result_test(kinds)
+    if test is None:
+        return h
+    module = getattr(func, "__module__", None) or "torch"
+    # F.linear and friends live in torch._C._nn; users know them by their public home.
+    name = f"{'torch.nn.functional' if module == 'torch._C._nn' else module}.{func.__name__}"
+
+    def checked(func, types, args, kwargs):
+        out = h(func, types, args, kwargs)
+        if out is NotImplemented or test(out):
+            return out
+        raise HandlerResultError(_result_message(cls, name, h, kinds, out))
+
+    checked.__wrapped__ = h
+    return checked
 
 
 def resolve(cls, func):
@@ -275,6 +303,8 @@ def torch_function(cls, func, types, args=(), kwargs=None):
             if kit is not None and func in kit.own_tf:
                 h = kit.own_tf[func]
                 break
+        if h is not None:
+            h = _checked_torch_function(cls, func, h)
         cache[key] = h
     if h is not None:
         return h(func, types, args, {} if kwargs is None else kwargs)

@@ -15,6 +15,7 @@ __all__ = [
     "OuterArgumentError",
     "InnerShapesKeyError",
     "HandlerResultError",
+    "ToPlainError",
     "LocalClassWarning",
 ]
 
@@ -73,6 +74,12 @@ class HandlerResultError(SubclassKitError, RuntimeError):
 
     A RuntimeError (what torch raises for it, "Unable to cast"), not a TypeError: torch turns
     a TypeError inside ``x + y`` into NotImplemented, which would hide this message."""
+
+
+class ToPlainError(SubclassKitError, RuntimeError):
+    """A class's ``to_plain()`` returned a tensor whose shape, dtype or device is not the
+    wrapper's, so a result computed on it (``fallbacks.to_plain``) would be silently wrong.
+    A RuntimeError for the reason ``HandlerResultError`` is one."""
 
 
 class LocalClassWarning(UserWarning):

@@ -13,7 +13,7 @@ import torch
 
 from . import _aliasing as aliasing, _compat
 from ._runtime import kit_handler
-from .errors import UnsupportedOpError
+from .errors import ToPlainError, UnsupportedOpError
 from ._opname import op_name
 
 __all__ = ["map_inner", "to_plain", "raise_unsupported", "per_op"]
@@ -129,7 +129,17 @@ def _plain(x, func):
                 f"{type(x).__qualname__} uses fallbacks.to_plain for {func} but defines no "
                 "to_plain() method; add `def to_plain(self): ...` returning the dense tensor."
             )
-        return x.to_plain()
+        d = x.to_plain()
+        if d.dtype != x.dtype or d.dim() != x.dim() or d.device != x.device or (
+            not any(_compat.is_symbolic(s) for s in d.shape) and tuple(d.shape) != tuple(x.shape)
+        ):
+            raise ToPlainError(
+                f"{type(x).__qualname__}.to_plain() returned a {tuple(d.shape)} {d.dtype} tensor on {d.device} "
+                f"for a {tuple(x.shape)} {x.dtype} {type(x).__qualname__} on {x.device}, so fallbacks.to_plain "
+                f"would compute {op_name(func)} on the wrong values. Return the dense tensor in the wrapper's "
+                "shape, dtype and device (e.g. values.reshape(self.shape).to(self.dtype))."
+            )
+        return d
     if type(x) in (list, tuple):
         return type(x)(_plain(y, func) for y in x)
     return x

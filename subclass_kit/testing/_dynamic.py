@@ -15,6 +15,7 @@ stale metadata.
 
 from __future__ import annotations
 
+import itertools
 
 import torch
 
@@ -140,6 +141,65 @@ def sweep_sizes(x, count: int = 3) -> list:
     return sorted(set(picks))
 
 
+_TRIES = 12  # sizes tried (built and run eagerly) before the sweep gives up
+
+
+def _show(sizes) -> str:
+    return "[" + ", ".join("x".join(str(v) for v in s) for s in sizes) + "]"
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return (text.splitlines()[0] if text else type(e).__name__)[:120]
+
+
+def _buildable(base, fn, wanted, tried) -> tuple:
+    """The first 3 of ``wanted`` outer sizes the class can build and run eagerly; the others
+    go to ``tried`` with the reason (a size the class cannot have is not the author's bug)."""
+    xs, sizes = [], []
+    for size in wanted[:_TRIES]:
+        try:
+            x = resized(base, size)
+        except Exception as e:
+            tried.append(f"{'x'.join(map(str, size))} (cannot build: {type(e).__name__}: {_first_line(e)})")
+            continue
+        try:
+            fn(x)
+        except Exception as e:
+            tried.append(f"{'x'.join(map(str, size))} (eager itself raised {type(e).__name__}: {_first_line(e)})")
+            continue
+        xs.append(x)
+        sizes.append(size)
+        if len(xs) == 3:
+            break
+    return xs, sizes
+
+
+def sweep_candidates(x) -> list:
+    """First-dim sizes to try for the sweep, best first: :func:`sweep_sizes`' three, the rest
+    of their size pattern spread out, then multiples of the sample's own size that keep it
+    (a class whose numel must be a multiple of a block can hold those)."""
+    start = max(2, int(x.shape[0]))
+    groups: dict = {}
+    for m in list(range(start, start + _CANDIDATES)) + [start * k for k in (2, 3, 4, 5, 6, 8)]:
+        try:
+            groups.setdefault(_pattern(_all_sizes(x, m)), []).append(m)
+        except Exception:
+            continue
+    ok = [(sum(k[len(k) // 2 :]), ms[0], ms) for k, ms in groups.items() if len(ms) >= 3]
+    if not ok:
+        return []
+    _, _, ms = min(ok)
+    first = sweep_sizes(x)
+    multiples = [m for m in ms if m > start and m % start == 0]
+    spread = ms[:: max(1, len(ms) // 8)]
+    out = []
+    for m in first + multiples + spread:
+        if m not in out:
+            out.append(m)
+    return out
+
+
 def _sweep(run):
     cases = usable_cases(run, run.compile_backend())
     if not cases:
@@ -147,8 +207,16 @@ def _sweep(run):
     base = next((x for x in run.samples if x.dim() >= 1), None)
     if base is None:
         raise Skip("every sample is 0-dimensional; there is no size to sweep")
+    fn = composite(guard_cases(cases))
     fixed = _unfollowed_inners(base)
-    if fixed:
+    hook = getattr(run.cls, "__valid_sizes__", None)
+    tried: list = []
+    if hook is not None:
+        # The class says which sizes it can hold (NF4: numel a multiple of 64 * 256).
+        wanted = [tuple(int(v) for v in size) for size in itertools.islice(hook(base), _TRIES)]
+        xs, sizes = _buildable(base, fn, wanted, tried)
+        source = "__valid_sizes__"
+    elif fixed:
         # Without __inner_shapes__ the checker cannot know how these inners grow with dim 0
         # (torchao's OptimState8bit keeps a flat scale of rows*cols/256): resizing would make
         # instances the class never builds. Sweep over the user's own samples instead.
@@ -165,21 +233,22 @@ def _sweep(run):
                 "__inner_shapes__, so the checker cannot build other sizes; pass samples of two or "
                 "more dim-0 sizes with the same ctx (or define __inner_shapes__)"
             )
-        sizes = [int(x.shape[0]) for x in xs]
+        sizes = [tuple(int(v) for v in x.shape) for x in xs]
+        source = "samples"
     else:
-        sizes = sweep_sizes(base)
-        if len(sizes) < 3:
+        rest = tuple(int(v) for v in base.shape[1:])
+        wanted = [(m,) + rest for m in sweep_candidates(base)]
+        if len(wanted) < 3:
             raise Skip(f"could not find 3 sizes for dim 0 of {describe(base)} that keep its size pattern")
-    try:
-        xs = xs if fixed else [resized(base, (m,) + tuple(base.shape[1:])) for m in sizes]
-    except Exception as e:
+        xs, sizes = _buildable(base, fn, wanted, tried)
+        source = "dim 0"
+    skipped = f"; skipped {'; '.join(tried)}" if tried else ""
+    if len(xs) < 3 and source != "samples":
         raise Skip(
-            f"could not build samples of other sizes from {describe(base)} ({type(e).__name__}: "
-            f"{str(e).strip()[:120]}); give {run.name} an __inner_shapes__(outer_size, ctx) "
-            "classmethod so the checker knows the inner shapes"
-        ) from None
+            f"found {len(xs)} size(s) {sizes} that {run.name} can build and run eagerly, 3 needed{skipped}. "
+            f"Give {run.name} a `__valid_sizes__(cls, like)` classmethod yielding outer sizes it can hold"
+        )
     backend = run.compile_backend()
-    fn = composite(guard_cases(cases))
     _compat.dynamo_reset()
     cnt = cfn = None
     for x in xs:
@@ -190,7 +259,7 @@ def _sweep(run):
             else:
                 got = cfn(x)
         except Exception as e:
-            what, fix = explain_error(e, backend=backend, where=f"{describe(x)} with dynamic shapes")
+            what, fix = explain_error(e, backend=backend, where=f"{describe(x)} with dynamic shapes (sizes {sizes})")
             raise Fail(what, fix) from None
         d = difference(got, expected)
         if d:
@@ -202,12 +271,12 @@ def _sweep(run):
     if cnt.frame_count != 1:
         reasons = _compat.guard_failure_reasons()
         raise Fail(
-            f"a dynamic-shape sweep over dim-0 sizes {sizes} compiled {cnt.frame_count} frames "
+            f"a dynamic-shape sweep over sizes {_show(sizes)} compiled {cnt.frame_count} frames "
             f"instead of 1" + (f"; dynamo's reason: {reasons[-1].strip()[:240]}" if reasons else ""),
             "do not branch in Python on sizes in handlers or the constructor (use torch._check), "
             "and keep sizes out of the ctx (it is guarded by ==)",
         )
-    return f"sizes {sizes}: 1 frame"
+    return f"sizes {_show(sizes)} (from {source}): 1 frame{skipped}"
 
 
 def _differs(a, b) -> bool:

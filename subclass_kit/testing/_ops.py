@@ -162,7 +162,13 @@ def default_cases(cls) -> list:
     for op in sorted(registered, key=op_name):
         if isinstance(op, _compat.OpOverloadPacket):
             op = getattr(op, "default", None)
-        if op is None or op in known or not _unary_schema(op):
+        if op is None or op in known:
+            continue
+        if not _unary_schema(op):
+            case = _with_arguments(cls, op)
+            if case is not None:
+                known.add(op)
+                cases.append(case)
             continue
         known.add(op)
         kind = _kind(op)
@@ -179,6 +185,114 @@ def default_cases(cls) -> list:
                 deterministic=_deterministic(op),
             )
         )
+    return cases + torch_function_cases(cls)
+
+
+# Arguments the checker can make for registered ops that take more than the tensor, and
+# for registered torch-level functions: ``x -> args`` (None when they do not apply to x).
+# A class adds or overrides any of them with ``__op_args__(cls, op, x) -> tuple | None``.
+def _act(x):
+    # A plain activation for x as a weight (out_features, in_features): fixed values, made
+    # by ops dynamo traces (a Generator inside the compiled function would break the graph).
+    k = x.shape[-1]
+    return torch.linspace(-2.0, 2.0, 3 * k, dtype=x.dtype, device=x.device).reshape(3, k).sin()
+
+
+def _contiguous_2d(x) -> bool:
+    return x.dim() == 2 and x.is_contiguous()
+
+
+_ARGS = {
+    "aten.view.default": ("(x, [-1])", lambda x: (x, [-1]), lambda x: x.is_contiguous()),
+    "aten.reshape.default": ("(x, [-1])", lambda x: (x, [-1]), lambda x: True),
+    "aten._unsafe_view.default": ("(x, [-1])", lambda x: (x, [-1]), lambda x: x.is_contiguous()),
+    "aten.as_strided.default": (
+        "(x, x.t().shape, x.t().stride())",
+        lambda x: (x, [x.shape[1], x.shape[0]], [x.stride(1), x.stride(0)]),
+        _contiguous_2d,
+    ),
+    "aten.permute.default": ("(x, reversed dims)", lambda x: (x, list(range(x.dim() - 1, -1, -1))), lambda x: x.dim() >= 1),
+    "aten.unsqueeze.default": ("(x, 0)", lambda x: (x, 0), lambda x: True),
+    "aten.select.int": ("(x, 0, 0)", lambda x: (x, 0, 0), lambda x: x.dim() >= 1 and x.shape[0] >= 1),
+    "aten.split.Tensor": ("(x, 1)", lambda x: (x, 1), lambda x: x.dim() >= 1),
+    "aten.expand.default": ("(x, x.shape)", lambda x: (x, list(x.shape)), lambda x: True),
+    "aten.linear.default": ("(act, x)", lambda x: (_act(x), x), _contiguous_2d),
+}
+_TF_ARGS = {
+    "linear": ("(act, x)", lambda x: (_act(x), x), lambda x: x.dim() == 2 and x.dtype.is_floating_point),
+    "matmul": ("(act, x.t())", lambda x: (_act(x), x.t()), lambda x: x.dim() == 2 and x.dtype.is_floating_point),
+    "mm": ("(act, x.t())", lambda x: (_act(x), x.t()), lambda x: x.dim() == 2 and x.dtype.is_floating_point),
+}
+
+
+def _own_args(cls, op):
+    hook = getattr(cls, "__op_args__", None)
+    if hook is None:
+        return None
+
+    def args(x):
+        got = hook(op, x)
+        if got is None:
+            raise TypeError(f"{cls.__qualname__}.__op_args__ returned None for {op}")
+        return tuple(got)
+
+    def applies(x):
+        try:
+            return hook(op, x) is not None
+        except Exception:
+            return False
+
+    return args, applies
+
+
+def _with_arguments(cls, op):
+    """A case for a registered op that takes arguments, from the class's ``__op_args__`` or
+    the checker's table; None when neither knows its arguments."""
+    own = _own_args(cls, op)
+    why = f"{cls.__qualname__} registers it"
+    if own is not None:
+        args, applies = own
+        return OpCase(f"{op_name(op)}(*__op_args__)", op, args, _kind(op), True, why, applies=applies,
+                      deterministic=_deterministic(op))
+    spec = _ARGS.get(op_name(op))
+    if spec is None:
+        return None
+    label, args, applies = spec
+    return OpCase(f"{op_name(op)}{label}", op, args, _kind(op), True, why, applies=applies,
+                  deterministic=_deterministic(op))
+
+
+def _registered_torch_functions(cls) -> list:
+    out = []
+    for klass in reversed(cls.__mro__):
+        kit = klass.__dict__.get("__kit__")
+        for fn in (getattr(kit, "own_tf", None) or {}):
+            if fn not in out:
+                out.append(fn)
+    return out
+
+
+def torch_function_cases(cls) -> list:
+    """Cases for the torch-level functions a kit class registers (``F.linear`` called with a
+    plain activation, as a linear layer calls it); a class's ``__op_args__(cls, fn, x)`` gives
+    the arguments of others."""
+    cases = []
+    for fn in _registered_torch_functions(cls):
+        name = getattr(fn, "__name__", repr(fn))
+        module = getattr(fn, "__module__", None) or "torch"
+        public = f"{'torch.nn.functional' if module == 'torch._C._nn' else module}.{name}"
+        why = f"{cls.__qualname__} registers a torch-function handler for it"
+        own = _own_args(cls, fn)
+        if own is not None:
+            args, applies = own
+            cases.append(OpCase(f"{public}(*__op_args__)", fn, args, FUNCTIONAL, True, why, applies=applies,
+                                differentiable=True))
+            continue
+        spec = _TF_ARGS.get(name)
+        if spec is None:
+            continue  # arguments unknown: __op_args__ can give them
+        label, args, applies = spec
+        cases.append(OpCase(f"{public}{label}", fn, args, FUNCTIONAL, True, why, applies=applies))
     return cases
 
 

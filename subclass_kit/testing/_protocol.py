@@ -37,6 +37,8 @@ def plan(run) -> list:
         Check("protocol.round_trip_meta", _round_trip_meta, req),
         Check("protocol.round_trip_fake", _round_trip_fake, req),
         Check("protocol.round_trip_symbolic", _round_trip_symbolic, req),
+        Check("protocol.inner_shapes_dynamic", _inner_shapes_dynamic, req),
+        Check("protocol.to_plain", _to_plain, req),
         Check("protocol.optional_hooks", _optional_hooks, ()),
     ]
 
@@ -345,3 +347,80 @@ def _round_trip_symbolic(run):
                     _UNFLATTEN_FIX,
                 )
     return ""
+
+
+def _to_plain(run):
+    """``to_plain()`` is the dense value of the wrapper: a plain tensor of its shape, dtype and
+    device. Every dense comparison (eager, backward, OpInfo) trusts it."""
+    if not run.subject.has_to_plain:
+        raise Skip(f"{run.name} has no to_plain()")
+    for i, x in enumerate(run.samples):
+        d = x.to_plain()
+        what = f"{run.name}.to_plain() on sample {i} ({describe(x)})"
+        if not isinstance(d, torch.Tensor) or _compat.is_traceable_wrapper_subclass(d):
+            raise Fail(f"{what} returned a {type(d).__name__}, not a plain tensor",
+                       "return the dense torch.Tensor the wrapper stands for")
+        bad = []
+        if tuple(d.shape) != tuple(x.shape):
+            bad.append(f"shape {tuple(d.shape)}, expected {tuple(x.shape)}")
+        if d.dtype != x.dtype:
+            bad.append(f"dtype {d.dtype}, expected {x.dtype}")
+        if d.device != x.device:
+            bad.append(f"device {d.device}, expected {x.device}")
+        if bad:
+            raise Fail(
+                f"{what} has {'; '.join(bad)}: every op compared with to_plain() would compare two wrong "
+                "values and pass",
+                "return the dense tensor in the wrapper's shape, dtype and device (e.g. "
+                "values.reshape(self.shape).to(self.dtype); for views, .as_strided(self.shape, self.stride()))",
+            )
+    return ""
+
+
+# Sizes that went through a float (true division, then math.ceil / int()): torch keeps them
+# as these sympy functions, on which dynamo guards or specializes the dim.
+_FLOAT_ROUTE = ("IntTrueDiv", "FloatTrueDiv", "CeilToInt", "FloorToInt", "TruncToInt", "RoundToInt", "ToFloat")
+
+
+def _inner_shapes_dynamic(run):
+    """Each outer dim marked dynamic in turn: ``__inner_shapes__`` must compute the inner
+    shapes without specializing it (``int()``), branching on it (``if``) or going through a
+    float (``math.ceil(n / k)``)."""
+    fn = getattr(run.cls, "__inner_shapes__", None)
+    if fn is None:
+        raise Skip(f"{run.name} has no __inner_shapes__")
+    x = next((s for s in run.samples if s.dim() >= 1), None)
+    if x is None or any(_compat.has_nested_int(s) for s in run.samples):
+        raise Skip("no sample has a dim that dynamo would make dynamic")
+    _, ctx = flatten(x)
+    dims = []
+    for d in range(x.dim()):
+        if int(x.shape[d]) <= 1:
+            continue  # dynamo specializes sizes 0 and 1 anyway
+        env = _compat.shape_env()
+        size = tuple(_compat.fresh_symint(env, int(v), f"outer_size[{d}]") if j == d else int(v)
+                     for j, v in enumerate(x.shape))
+        what = f"{run.name}.__inner_shapes__ with dim {d} of {describe(x)} dynamic"
+        fix = ("compute inner sizes with symbolic.ceil_div / floor_div (and // or *), never math.ceil, int() "
+               "or / on a size, and no Python `if` on a size (torch._check states a requirement)")
+        try:
+            shapes = fn(size, ctx)
+        except Exception as e:
+            raise Fail(f"{what} raised {type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}", fix) from None
+        guards = [str(g.expr) for g in env.guards]
+        if dict(env.replacements):
+            raise Fail(f"{what} specialized it: dim {d} became the constant {int(x.shape[d])} "
+                       f"(guard {guards[0] if guards else 'Eq(s, n)'}; int() of a size, or a size used as a Python int), "
+                       f"so every new size of dim {d} recompiles", fix)
+        if guards:
+            raise Fail(f"{what} branched on it: dynamo guards {guards[0]} (a Python `if` or comparison on a size), "
+                       f"so sizes of dim {d} on the other side recompile", fix)
+        floaty = sorted({f for v in (shapes or {}).values() for s in v for f in _FLOAT_ROUTE
+                         if _compat.is_symbolic(s) and f in str(_compat.sym_expr(s))})
+        if floaty:
+            sample = next(f"{n}: {tuple(str(_compat.sym_expr(s)) if _compat.is_symbolic(s) else s for s in v)}"
+                          for n, v in shapes.items() if any(_compat.is_symbolic(s) and any(f in str(_compat.sym_expr(s)) for f in floaty) for s in v))
+            raise Fail(f"{what} computes a size through a float ({sample}; math.ceil or int() of a true division), "
+                       f"which dynamo guards on or specializes when dim {d} is dynamic", fix)
+        dims.append(d)
+    return f"dims {dims} stay symbolic" if dims else "no dim above 1"
