@@ -32,6 +32,18 @@ class ValidSizes(NF4):
             yield (rows * k, like.shape[1])
 
 
+CALLS: list = []
+
+
+class WithArgs(NF4):
+    @classmethod
+    def __op_args__(cls, op, x):
+        CALLS.append(str(op))
+        if op is F.linear:
+            return (torch.ones(2, x.shape[1]), x)
+        return None
+
+
 def test_nf4_passes_every_row_it_should():
     report = check_subclass(NF4, backends=("aot_eager",), export=False, serialization=False)
     assert report.ok, report.failures
@@ -96,16 +108,6 @@ def test_a_list_returning_torch_function_handler_is_named_in_eager_linear_and_co
 
 
 def test_op_args_hook_gives_arguments_of_registered_handlers():
-    calls = []
-
-    class WithArgs(NF4):
-        @classmethod
-        def __op_args__(cls, op, x):
-            calls.append(str(op))
-            if op is F.linear:
-                return (torch.ones(2, x.shape[1]), x)
-            return None
-
     row = check_subclass(WithArgs, backends=(), only=["eager[torch"]).rows[0]
     assert row.name == "eager[torch.nn.functional.linear(*__op_args__)]" and row.status == "pass", row.message
-    assert any("linear" in c for c in calls)
+    assert any("linear" in c for c in CALLS)
