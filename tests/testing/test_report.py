@@ -94,7 +94,7 @@ def test_every_row_has_the_contract_attributes_and_on_row_streams():
     seen = []
     x = TwoTensor(torch.randn(3, 4), torch.randn(3, 4))
     report = check_subclass(x, backends=("eager",), only=["protocol", "ctx"], on_row=seen.append)
-    assert seen == report.rows and len(seen) == 13
+    assert seen == report.rows and len(seen) == 15
     for row in report.rows:
         assert row.status in ("pass", "fail", "skip")
         assert isinstance(row.seconds, float) and row.seconds >= 0
