@@ -90,3 +90,26 @@ def test_other_errors_pass_through_unchanged():
         wrapped(torch.ones(2, 2))
     assert not isinstance(info.value, kit.CollectiveError)
     assert torch.equal(wrapped(torch.ones(2, 3)), torch.ones(2, 3) @ torch.ones(3, 3))
+
+
+def _peer_never_joins_under_compile():
+    x = torch.ones(8)
+    issues = torch.compile(_issues, fullgraph=True, backend="aot_eager")
+    issues(x)
+    dist.barrier()
+    if dist.get_rank() == 1:
+        time.sleep(_PG_TIMEOUT + 2)  # alive, but never issues the collective
+        return None
+    return _outcome(lambda: kit.collective_errors(issues)(x))
+
+
+@pytest.mark.dist
+def test_a_silent_peer_under_compile_times_out_as_a_collective_error():
+    w = World(2, pg_timeout=_PG_TIMEOUT)
+    pids = w.pids
+    (kind, is_runtime, msg, seconds), _ = w.run(_peer_never_joins_under_compile, timeout=60)
+    w.close()
+    assert kind == "CollectiveError" and is_runtime, msg
+    assert "Timed out" in msg or "timeout" in msg.lower()
+    assert _PG_TIMEOUT - 1 < seconds < _PG_TIMEOUT + 10
+    assert not any(pid_alive(p) for p in pids)
