@@ -39,7 +39,7 @@ import time
 from .. import _compat
 from ._spawn import measure_on_ranks
 
-__all__ = ["run", "flagship_rows"]
+__all__ = ["run", "flagship_rows", "layernorm_sp_rows"]
 
 _TIMEOUT = 1200.0
 _EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "tp_llama.py"
@@ -225,9 +225,204 @@ def flagship_rows(quick: bool = False, size: int = 2, rounds: int | None = None)
     return rows
 
 
+# ---- sequence parallelism over LayerNorm: torch's toy Transformer --------------------------
+def _ln_transformer(dim: int = 64, n_layers: int = 2, n_heads: int = 4, vocab: int = 128, max_seq: int = 64):
+    """torch's TP-test Transformer (its common_dtensor ``Transformer``, nanoGPT-like):
+    token and position embeddings, blocks of LayerNorm / causal attention / LayerNorm / GELU
+    MLP, a final LayerNorm and the output projection; dropout off (a benchmark)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n_heads = n_heads
+            self.wq, self.wk, self.wv, self.wo = (nn.Linear(dim, dim, bias=False) for _ in range(4))
+
+        def forward(self, x):
+            b, s, _ = x.shape
+            q, k, v = (w(x).view(b, s, self.n_heads, -1).transpose(1, 2) for w in (self.wq, self.wk, self.wv))
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.wo(out.transpose(1, 2).reshape(b, s, -1))
+
+    class FeedForward(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w1, self.w2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+
+        def forward(self, x):
+            return self.w2(F.gelu(self.w1(x)))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention_norm, self.attention = nn.LayerNorm(dim), Attention()
+            self.ffn_norm, self.feed_forward = nn.LayerNorm(dim), FeedForward()
+
+        def forward(self, x):
+            h = x + self.attention(self.attention_norm(x))
+            return h + self.feed_forward(self.ffn_norm(h))
+
+    class Transformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tok_embeddings, self.pos_embeddings = nn.Embedding(vocab, dim), nn.Embedding(max_seq, dim)
+            self.layers = nn.ModuleList(Block() for _ in range(n_layers))
+            self.norm, self.output = nn.LayerNorm(dim), nn.Linear(dim, vocab, bias=False)
+
+        def forward(self, tokens):
+            h = self.tok_embeddings(tokens) + self.pos_embeddings(torch.arange(tokens.shape[1]))
+            for layer in self.layers:
+                h = layer(h)
+            return self.output(self.norm(h))
+
+    torch.manual_seed(0)
+    return Transformer()
+
+
+def _ln_plan(model, mesh, impl: str):
+    """torch's Transformer.parallelize with sequence parallelism (the logits left
+    vocab-sharded for loss_parallel), with the kit's styles or torch's. Attention runs on
+    each rank's heads as local tensors (its ``local_output_for_attn``): DTensor has no rule
+    for CPU attention (``_scaled_dot_product_flash_attention_for_cpu``) -- the kit has."""
+    if impl == "kit":
+        from ..sharded import (ColwiseParallel, PrepareModuleInput, Replicate, RowwiseParallel,
+                               SequenceParallel, Shard, parallelize as apply)
+    else:
+        from torch.distributed.tensor import Replicate, Shard
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel, parallelize_module as apply,
+        )
+    apply(model, mesh, {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1)),
+        "pos_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(0)),
+        "norm": SequenceParallel(),
+        "output": ColwiseParallel(input_layouts=Shard(1), output_layouts=Shard(-1), use_local_output=False),
+    })
+    for block in model.layers:
+        apply(block, mesh, {
+            "attention_norm": SequenceParallel(),
+            "attention": PrepareModuleInput(input_layouts=Shard(1), desired_input_layouts=Replicate()),
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "ffn_norm": SequenceParallel(),
+            "feed_forward.w1": ColwiseParallel(input_layouts=Shard(1)),
+            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+        })
+        block.attention.n_heads //= mesh.size()
+    return model
+
+
+def _ln_train(model, impl: str, steps: int, seqlen: int, vocab: int = 128) -> tuple[list, list]:
+    import torch
+    import torch.nn.functional as F
+
+    if impl == "kit":
+        from ..sharded import loss_parallel
+    elif impl == "dtensor":
+        from torch.distributed.tensor.parallel import loss_parallel
+    else:
+        loss_parallel = None
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    times, losses = [], []
+    for step in range(steps):
+        g = torch.Generator().manual_seed(step)
+        tokens, labels = torch.randint(vocab, (2, seqlen), generator=g), torch.randint(vocab, (2, seqlen), generator=g)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        if loss_parallel is None:
+            loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
+            loss.backward()
+        else:
+            with loss_parallel():
+                loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
+                loss.backward()
+        opt.step()
+        losses.append(float((loss.full_tensor() if hasattr(loss, "full_tensor") else loss).detach()))
+        times.append(time.perf_counter() - t0)
+    return losses, times
+
+
+def _measure_ln(quick: bool, backend: str, impl: str) -> dict:
+    """One implementation's SP LayerNorm-Transformer run on this world (as :func:`_measure`)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    steps, seqlen = _sizes(quick)
+    ref, _ = _ln_train(_ln_transformer(), "dense", steps, seqlen)
+    warm = _ln_transformer()
+    for block in warm.layers:
+        block.compile(backend=backend, fullgraph=True)
+    _ln_train(warm, "dense", 1, seqlen)
+    _compat.dynamo_reset()
+    counter = _compat.compile_counter(backend)
+    try:
+        model = _ln_plan(_ln_transformer(), mesh, impl)
+        for block in model.layers:
+            block.compile(backend=counter, fullgraph=True)
+        losses, times = _ln_train(model, impl, steps, seqlen)
+    except Exception as e:  # noqa: BLE001 - the row reports why
+        return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
+    diff = max(abs(a - b) for a, b in zip(losses, ref))
+    return {"step": statistics.median(times[1:]), "first": times[0], "diff": diff, "graphs": counter.frame_count}
+
+
+def layernorm_sp_rows(quick: bool = False, size: int = 2, rounds: int | None = None,
+                      backends: tuple | None = None) -> list[dict]:
+    """Rows for a compiled TP step with sequence parallelism over LayerNorm (torch's toy
+    Transformer, dim 64, 2 blocks, batch 2), the kit vs DTensor under the same plan: the
+    median training step and the first step (compiling the blocks), each implementation in
+    its own freshly spawned world after a dense warm-up compile, alternating over rounds.
+
+    Example:
+        >>> rows = layernorm_sp_rows(quick=True)  # doctest: +SKIP
+        >>> sorted({r["impl"] for r in rows})  # doctest: +SKIP
+        ['DTensor', 'kit']
+    """
+    rounds = (1 if quick else 2) if rounds is None else rounds
+    backends = backends or (("aot_eager",) if quick else ("aot_eager", "inductor"))
+    old = os.environ.get("TORCHINDUCTOR_FX_GRAPH_CACHE")
+    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+    rows = []
+    try:
+        for backend in backends:
+            runs: dict = {"dtensor": [], "kit": []}
+            for _ in range(rounds):
+                for impl in runs:
+                    runs[impl].append(measure_on_ranks(
+                        functools.partial(_measure_ln, quick, backend, impl), size, method="spawn",
+                        what=f"tp layernorm-SP bench ({impl}, {backend}): the {size}-rank world",
+                        pg_timeout=120.0, timeout=_TIMEOUT))
+            got = {k: _fastest(v) for k, v in runs.items()}
+            ok = {k: v for k, v in got.items() if "error" not in v}
+            for case, key in (("train step", "step"), ("first step (compile)", "first")):
+                for impl, label in (("kit", "kit"), ("dtensor", "DTensor")):
+                    row = {"group": f"tp_layernorm_sp {backend}", "name": case, "impl": label,
+                           "kind": "kit" if impl == "kit" else "torch", "world_size": size}
+                    if impl in ok:
+                        row.update(median_us=round(ok[impl][key] * 1e6, 1), graphs=ok[impl]["graphs"],
+                                   max_loss_diff_vs_dense=float(f"{ok[impl]['diff']:.2e}"))
+                        if "dtensor" in ok:
+                            row.update(ratio=round(ok[impl][key] / ok["dtensor"][key], 3), reference="DTensor")
+                    else:
+                        row.update(median_us=float("nan"), error=got[impl]["error"])
+                    rows.append(row)
+    finally:
+        if old is None:
+            os.environ.pop("TORCHINDUCTOR_FX_GRAPH_CACHE", None)
+        else:
+            os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = old
+    return rows
+
+
 def run(quick: bool = False) -> list[dict]:
-    """The suite entry point (``subclass_kit.bench.SUITES``): :func:`flagship_rows`."""
-    return flagship_rows(quick)
+    """The suite entry point (``subclass_kit.bench.SUITES``): :func:`flagship_rows`, then
+    :func:`layernorm_sp_rows`."""
+    return flagship_rows(quick) + layernorm_sp_rows(quick)
 
 
 if __name__ == "__main__":

@@ -29,12 +29,14 @@ from .loss import (
 from .parallel import (
     ColwiseParallel as ColwiseParallel,
     ParallelStyle as ParallelStyle,
-    PrepareModuleInput as PrepareModuleInput,
-    PrepareModuleInputOutput as PrepareModuleInputOutput,
-    PrepareModuleOutput as PrepareModuleOutput,
     RowwiseParallel as RowwiseParallel,
     SequenceParallel as SequenceParallel,
     parallelize as parallelize,
+)
+from .prepare import (
+    PrepareModuleInput as PrepareModuleInput,
+    PrepareModuleInputOutput as PrepareModuleInputOutput,
+    PrepareModuleOutput as PrepareModuleOutput,
 )
 from .placements import (
     Partial as Partial,
