@@ -10,6 +10,7 @@ every size is static. Ints and floats follow the same rule by value.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = ["AUTO", "TensorEntry", "FrameState"]
 
@@ -46,8 +47,8 @@ def _merge_tup(xs, ys):
 class TensorEntry:
     """Merged sizes/strides of one source across compiles (``AUTO`` where they differed)."""
 
-    size: object = None
-    stride: object = None
+    size: Any = None  # a tuple of ints and AUTO, AUTO, or None before the first compile
+    stride: Any = None
 
     def size_dynamic(self, i: int) -> bool:
         if self.size is AUTO:

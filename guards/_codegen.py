@@ -72,6 +72,7 @@ class CodeGen:
         if isinstance(src, FlattenSource):
             return f"{self.flat(src.base)}[{src.index}]"
         parent = base_of(src)
+        assert parent is not None, src  # every root kind is handled above
         return self._bind(src, codegen_step(src, self.var(parent)), "v")
 
     def sizes(self, tensor_src: Source) -> str:

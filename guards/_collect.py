@@ -24,6 +24,7 @@ import torch
 import symbolic
 from symbolic import DimKind
 from symbolic.description import ShapeDescription, TensorDims
+from symbolic.protocol import flatten
 
 from . import _compat
 from ._autodynamic import FrameState
@@ -133,9 +134,9 @@ class _Walker:
                         "bool, None and Enum keys can be guarded. Use a list or a str-keyed dict."
                     )
             self.add(KeysMatch(src, tuple(v)))
-            sub = policy if isinstance(policy, dict) else {}
+            subs = policy if isinstance(policy, dict) else {}
             for k, x in v.items():
-                self.visit(x, ItemSource(k, src), sub.get(k))
+                self.visit(x, ItemSource(k, src), subs.get(k))
 
     def _passes_itself(self, guard: CtxMatch, ctx: Any, t: torch.Tensor, src: Source) -> None:
         """A NaN in a ctx would fail its own guard on the next call (NaN != NaN), compiling
@@ -170,7 +171,8 @@ class _Walker:
         if self.state is not None and not fake:
             strict = [i for i in range(t.dim()) if info.kind(i) is DimKind.DYNAMIC]
             entry = self.state.record_tensor(self.render(src), tuple(t.size()), tuple(t.stride()), strict)
-        kinds, stride_dyn = [], []
+        kinds: list[tuple[DimKind, int | None, int | None]] = []
+        stride_dyn: list[bool] = []
         for i in range(t.dim()):
             mk = info.kind(i)
             auto = entry is not None and entry.size_dynamic(i)
@@ -214,7 +216,7 @@ class _Walker:
             )
         if wrapper:
             self.add(TypeMatch(src, cls))
-            names, ctx = t.__tensor_flatten__()
+            names, ctx = flatten(t)
             cycle = find_cycle(ctx)
             if cycle is not None:
                 where = FlattenSource(src, 1)
@@ -284,7 +286,7 @@ class _Walker:
         if self.state is not None and not batch_dynamic:
             e = self.state.tensors.get(self.render(InnerSource(name, src)))
             batch_dynamic = e is not None and e.size_dynamic(0)
-        sizes = []
+        sizes: list[int | None] = []
         for i, x in enumerate(t.size()):
             if _compat.is_nested_int(x) or (i == 0 and batch_dynamic):
                 sizes.append(None)
@@ -334,6 +336,7 @@ class _Walker:
         rels = [(r, desc.absolute(r.target), {s: desc.absolute(x) for s, x in r.symbols.items()})
                 for r in desc.shapes.relations(rel)]
         for r, target, symbols in rels:
+            assert isinstance(target, SizeSource)  # a relation targets one inner size
             inner = shapes.get(target.base)
             if inner is None:
                 continue

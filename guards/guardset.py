@@ -44,8 +44,8 @@ class GuardSet:
         self._guards: tuple[Guard, ...] = tuple(collected.guards)
         self._render = render
         self._tensor_matches = tuple(collected.tensor_matches)
-        self._fn = None
-        self._code = None
+        self._fn: Callable[[Any], bool] = _not_compiled
+        self._code: str | None = None
         if compile:
             self._compile(collected)
 
@@ -74,8 +74,8 @@ class GuardSet:
 
     # -- public ------------------------------------------------------------------------
     @property
-    def code(self) -> str:
-        """The generated Python source of ``check``."""
+    def code(self) -> str | None:
+        """The generated Python source of ``check`` (None for a set built only for its key)."""
         return self._code
 
     @property
@@ -120,7 +120,7 @@ class GuardSet:
             if failed:
                 lines.extend(failed)
                 if g.structural:
-                    broken.append(g.source)
+                    broken.append(g.source)  # type: ignore[attr-defined]  # a structural guard has one
         if not lines and not self.check(value):
             # Only torch's C++ TENSOR_MATCH sees some differences (e.g. dispatch keys under
             # another TLS state); say so rather than return an empty explanation.
@@ -154,6 +154,10 @@ class GuardSet:
 
     def __str__(self) -> str:
         return "\n".join(self.describe())
+
+
+def _not_compiled(value: Any) -> bool:
+    raise TypeError("this GuardSet was built only for its cache key (compile=False); it has no check")
 
 
 def _emit_tensor_match_py(cg: CodeGen, t: TensorMatch) -> None:

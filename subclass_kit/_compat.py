@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import pickle
+from typing import Any
 
 import torch
 import torch.utils._pytree as python_pytree  # noqa: F401  (re-exported for subclass_kit.pytree)
@@ -286,7 +287,7 @@ def symbolic_fake(mode, t, name: str):
     from torch._dynamo.source import ConstantSource
     from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 
-    ctx = StatelessSymbolicContext(
+    ctx: Any = StatelessSymbolicContext(
         dynamic_sizes=[DimDynamic.DYNAMIC] * t.dim(), constraint_sizes=[None] * t.dim()
     )
     return mode.from_tensor(t, symbolic_context=ctx, source=ConstantSource(name))
@@ -343,7 +344,7 @@ def dynamo_reset() -> None:
 
 def guard_failure_reasons() -> list:
     """Every recompile reason dynamo recorded since the last reset, oldest first."""
-    out = []
+    out: list[str] = []
     for reasons in torch._dynamo.guard_failures.values():
         out.extend(str(r) for r in reasons)
     return out
@@ -393,7 +394,10 @@ def default_stable_hash(t, *, canonical: bool = False) -> str:
     gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
     pickler = AOTAutogradCachePickler(gm)
     if canonical:
-        pickler._hash_pickled_value_for_cache = lambda v: pickler._hash_bytes_for_cache(_canonical_pickle(v))
+        # One instance, one hook: the canonical bytes replace torch's pickle of each value.
+        pickler._hash_pickled_value_for_cache = lambda v: pickler._hash_bytes_for_cache(  # type: ignore[method-assign, assignment]
+            _canonical_pickle(v)
+        )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return pickler._default_stable_hash_for_caching(t)
@@ -449,7 +453,7 @@ def resolve_group_name(name: str):
     """The ProcessGroup registered under ``name`` (raises if there is none)."""
     from torch.distributed.distributed_c10d import _resolve_process_group
 
-    return _resolve_process_group(name)
+    return _resolve_process_group(name)  # type: ignore[arg-type]  # GroupName is a str at run time
 
 
 _FAKE_MODE = None

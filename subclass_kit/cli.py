@@ -117,6 +117,7 @@ def _import_module(spec: str):
         if loaded is not None and os.path.abspath(getattr(loaded, "__file__", "") or "") == path:
             return loaded  # `file.py:A` and `file:B` name one module: never load it twice
         loader = importlib.util.spec_from_file_location(name, path)
+        assert loader is not None and loader.loader is not None  # a .py path always has one
         mod = importlib.util.module_from_spec(loader)
         sys.modules[name] = mod
         try:

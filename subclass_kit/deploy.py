@@ -49,7 +49,7 @@ class _PlainOutputs(torch.nn.Module):
 
         # The wrapped forward's signature, so export binds inputs and dynamic_shapes
         # exactly as for the module itself.
-        forward.__signature__ = inspect.signature(module.forward)
+        forward.__signature__ = inspect.signature(module.forward)  # type: ignore[attr-defined]  # read by export
         self.forward = forward
 
 

@@ -9,17 +9,23 @@ SymInt), so those four live here.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sympy
 import torch
+
+# An int, a SymInt or a sympy expression (what __inner_shapes__ arithmetic runs on); Any,
+# since sympy has no types and the result goes wherever an int would.
+Size = Any
 
 __all__ = ["ceil_div", "floor_div", "sym_max", "sym_min"]
 
 
-def _is_sympy(*xs) -> bool:
+def _is_sympy(*xs: Any) -> bool:
     return any(isinstance(x, sympy.Basic) for x in xs)
 
 
-def ceil_div(a, b):
+def ceil_div(a: Size, b: Size) -> Size:
     """Ceiling of ``a / b`` for ints, SymInts or sympy expressions.
 
     Example:
@@ -34,7 +40,7 @@ def ceil_div(a, b):
     return -((-a) // b)
 
 
-def floor_div(a, b):
+def floor_div(a: Size, b: Size) -> Size:
     """Floor of ``a / b`` for ints, SymInts or sympy expressions.
 
     Example:
@@ -48,7 +54,7 @@ def floor_div(a, b):
     return a // b
 
 
-def sym_max(a, b):
+def sym_max(a: Size, b: Size) -> Size:
     """``max(a, b)`` without a Python branch on symbolic values.
 
     Example:
@@ -60,7 +66,7 @@ def sym_max(a, b):
     return torch.sym_max(a, b)
 
 
-def sym_min(a, b):
+def sym_min(a: Size, b: Size) -> Size:
     """``min(a, b)`` without a Python branch on symbolic values.
 
     Example:

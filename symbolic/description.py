@@ -178,6 +178,7 @@ class ShapeDescription:
         if not info.wrapper or not callable(getattr(type(t), "__inner_shapes__", None)):
             return []
         shapes = inner_shapes_of(type(t), t.dim(), ctx_of(t))
+        assert shapes is not None  # the class declares __inner_shapes__ (checked above)
         symbols = {size_symbol("", i): SizeSource(wrapper, i) for i in range(t.dim())}
         out = []
         for name, v in inner_items(t):
@@ -261,7 +262,8 @@ def _from_marks(t, src, wrapper, nested_wrapper) -> TensorDims:
 
 
 def _from_policy(t, src, dims: dict[int, Dim], wrapper, nested_wrapper) -> TensorDims:
-    out, attrs = {}, {}
+    out: dict[int, Dim] = {}
+    attrs: dict[str, set[int]] = {}
     for i, dim in dims.items():
         if nested_wrapper and dim.kind is DimKind.DYNAMIC:
             dim = Dim.auto()  # what `apply` marks there (see the module docstring)

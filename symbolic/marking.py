@@ -19,7 +19,7 @@ from .dims import Dim, DimKind
 from .errors import CtxPinsShapeWarning, PolicyTypeError
 from .planning import _outer_dims, plan, resolve_dims
 from .policy import SubclassPolicy
-from .protocol import get_inner, inner_items, is_wrapper, where
+from .protocol import ctx_of, get_inner, inner_items, is_wrapper, where
 from .source_types import ROOT, InnerSource, Source
 
 _log = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ def _warn_ctx_pins(t: torch.Tensor, outer) -> None:
     if not asked:
         return
     try:
-        ctx = t.__tensor_flatten__()[1]
+        ctx = ctx_of(t)
     except Exception:
         return
     found: list = []
@@ -212,7 +212,7 @@ def marks(t: torch.Tensor) -> SubclassPolicy:
         for d, (kind, lo, hi) in sorted(_compat.read_marks(t, propagated=False).items())
         if kind is not DimKind.UNBACKED
     }
-    inner = {}
+    inner: dict[str, Any] = {}
     for name, v in inner_items(t):
         if is_wrapper(v):
             p = marks(v)

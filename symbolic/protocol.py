@@ -30,6 +30,21 @@ def is_wrapper(t: Any) -> bool:
     return isinstance(t, torch.Tensor) and is_traceable_wrapper_subclass(t)
 
 
+def flatten(t: Any) -> tuple[list[str], Any]:
+    """``t.__tensor_flatten__()``: the names of its inner tensors and its ctx.
+
+    The protocol method is not declared on ``torch.Tensor``; reading it here keeps the
+    duck typing in one place.
+
+    Example:
+        >>> import torch
+        >>> from torch.testing._internal.two_tensor import TwoTensor
+        >>> flatten(TwoTensor(torch.ones(2), torch.ones(2)))
+        (['a', 'b'], None)
+    """
+    return t.__tensor_flatten__()
+
+
 def inner_items(t: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     """``(name, tensor)`` for each present inner tensor, in ``__tensor_flatten__`` order.
 
@@ -38,7 +53,7 @@ def inner_items(t: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
     """
     if not is_wrapper(t):
         return []
-    names, _ = t.__tensor_flatten__()
+    names, _ = flatten(t)
     out = []
     for n in names:
         v = getattr(t, n)
@@ -49,7 +64,7 @@ def inner_items(t: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
 
 def ctx_of(t: torch.Tensor) -> Any:
     """The flatten context of a wrapper (the second item of ``__tensor_flatten__``)."""
-    return t.__tensor_flatten__()[1]
+    return flatten(t)[1]
 
 
 def walk(t: torch.Tensor, base: Source = ROOT) -> Iterator[tuple[Source, torch.Tensor]]:

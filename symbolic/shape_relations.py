@@ -95,7 +95,7 @@ def _tidy(expr: Any) -> sympy.Expr:
     return sympy.simplify(expr) if not expr.is_Atom else expr
 
 
-def _evaluate(cls: type, ndim: int, ctx: Any) -> Mapping[str, tuple]:
+def _evaluate(cls: Any, ndim: int, ctx: Any) -> Mapping[str, tuple]:
     outer = tuple(size_symbol("", i) for i in range(ndim))
     try:
         shapes = cls.__inner_shapes__(outer, ctx)
@@ -283,6 +283,7 @@ def relations(t_or_cls: Any, *, ndim: int | None = None) -> list[sympy.Eq]:
         ctx = default_ctx() if callable(default_ctx) else None
         n = _class_ndim(cls, ndim)
         shapes = inner_shapes_of(cls, n, ctx)
+        assert shapes is not None  # the class declares __inner_shapes__ (checked above)
         return [
             sympy.Eq(size_symbol(name, j), e)
             for name, shape in shapes.items()

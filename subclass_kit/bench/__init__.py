@@ -25,7 +25,7 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -48,7 +48,7 @@ KINDS = ("kit", "torch", "native", "floor", "plain", "scaling")
 
 
 def side_by_side(
-    fns: dict[str, Callable[[], object]],
+    fns: Mapping[str, Callable[..., object]],
     *,
     rounds: int,
     min_run_time: float = 0.05,

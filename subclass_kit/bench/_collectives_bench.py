@@ -15,6 +15,7 @@ which are always reaped.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from .. import _compat
 from ._spawn import measure_on_ranks
@@ -45,7 +46,7 @@ def _measure(quick: bool) -> list:
     rows = []
 
     # Per-op cost. Views run on pending results (issued, not yet waited: no wait happens).
-    kit_act = kit.all_reduce(x, "sum")
+    kit_act: Any = kit.all_reduce(x, "sum")
     torch_act = funcol.all_reduce(x, "sum", world)
     plain = x.clone()
     ops = {
@@ -63,6 +64,7 @@ def _measure(quick: bool) -> list:
 
     # Issue + first use. The native ops without any wrapper are the floor.
     f = _compat.funcol_ops
+    assert world is not None  # the group was initialized above
     name = world.group_name
     res = timed(
         {

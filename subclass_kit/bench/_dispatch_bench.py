@@ -18,7 +18,7 @@ __all__ = ["FloorTwo", "run"]
 class FloorTwo(torch.Tensor):
     """The Python-dispatch floor: a hand-written two-tensor wrapper doing the minimum."""
 
-    __torch_function__ = _compat.disabled_torch_function_impl
+    __torch_function__ = _compat.disabled_torch_function_impl  # type: ignore[assignment]  # torch types it as a method
 
     @staticmethod
     def __new__(cls, a, b):

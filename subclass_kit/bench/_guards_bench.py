@@ -36,7 +36,7 @@ __all__ = ["Many", "Box", "Tagged", "run"]
 class Many(torch.Tensor):
     """A wrapper with any number of inner tensors (``t0 .. t{k-1}``), torch's protocol only."""
 
-    __torch_function__ = _compat.disabled_torch_function_impl
+    __torch_function__ = _compat.disabled_torch_function_impl  # type: ignore[assignment]  # torch types it as a method
 
     @staticmethod
     def __new__(cls, tensors):
@@ -64,7 +64,7 @@ class Many(torch.Tensor):
 class Box(torch.Tensor):
     """A wrapper holding one inner tensor (which may be another Box): nesting depth."""
 
-    __torch_function__ = _compat.disabled_torch_function_impl
+    __torch_function__ = _compat.disabled_torch_function_impl  # type: ignore[assignment]  # torch types it as a method
 
     @staticmethod
     def __new__(cls, inner):

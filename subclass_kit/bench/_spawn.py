@@ -7,7 +7,7 @@ import datetime
 import multiprocessing
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 
 def _rank(measure: Callable[[], list], rank: int, size: int, port: int, pg_timeout: float, queue) -> None:
@@ -30,7 +30,7 @@ def _rank(measure: Callable[[], list], rank: int, size: int, port: int, pg_timeo
         queue.put((rank, "error", "".join(traceback.format_exception(type(e), e, e.__traceback__))))
 
 
-def measure_on_ranks(measure: Callable[[], list], size: int, *, what: str, method: str,
+def measure_on_ranks(measure: Callable[[], Any], size: int, *, what: str, method: str,
                      pg_timeout: float, timeout: float, preload: tuple = ()) -> list:
     """Run ``measure()`` on each of ``size`` fresh ranks in one gloo group; rank 0's result.
 
@@ -49,7 +49,7 @@ def measure_on_ranks(measure: Callable[[], list], size: int, *, what: str, metho
     """
     import torch.distributed as dist
 
-    ctx = multiprocessing.get_context(method)
+    ctx: Any = multiprocessing.get_context(method)  # the start method is chosen at run time
     if preload:
         ctx.set_forkserver_preload(list(preload))
     store = dist.TCPStore("127.0.0.1", 0, size, is_master=True, wait_for_workers=False)
@@ -59,7 +59,7 @@ def measure_on_ranks(measure: Callable[[], list], size: int, *, what: str, metho
     try:
         for p in procs:
             p.start()
-        got = {}
+        got: dict[int, Any] = {}
         deadline = time.monotonic() + timeout
         while len(got) < size:
             left = deadline - time.monotonic()

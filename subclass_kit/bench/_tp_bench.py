@@ -35,6 +35,7 @@ import pathlib
 import statistics
 import sys
 import time
+from typing import Any
 
 from .. import _compat
 from ._spawn import measure_on_ranks
@@ -166,7 +167,7 @@ def _rows(backend: str, got: dict, world: int) -> list:
     rows = []
     for case, key in (("train step", "step"), ("first step (compile)", "first")):
         for impl in _IMPLS:
-            row = {"group": f"tp_llama {backend}", "name": case, "impl": _IMPLS[impl],
+            row: dict[str, Any] = {"group": f"tp_llama {backend}", "name": case, "impl": _IMPLS[impl],
                    "kind": "kit" if impl.startswith("kit") else "torch", "world_size": world}
             if impl in ok:
                 t = ok[impl][key]

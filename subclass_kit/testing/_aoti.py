@@ -121,9 +121,9 @@ def _aoti(run):
             got = tuple(got) if isinstance(got, (list, tuple)) else (got,)
             if len(got) != len(expected):
                 raise Fail(f"the package returned {len(got)} outputs, eager {len(expected)}")
-            for i, (g, e) in enumerate(zip(got, expected)):
+            for i, (g, want) in enumerate(zip(got, expected)):
                 try:
-                    torch.testing.assert_close(g, e)
+                    torch.testing.assert_close(g, want)
                 except AssertionError as err:
                     raise Fail(
                         f"at batch {b}, output {i} of the package differs from eager: "

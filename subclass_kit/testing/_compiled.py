@@ -110,7 +110,8 @@ def locate(fn, x) -> str:
         with mode:
             fn(fx)
     except Exception as e:
-        chain, c = [], e
+        chain: list[BaseException] = []
+        c: BaseException | None = e
         while c is not None and len(chain) < 6:
             chain.append(c)
             c = c.__cause__ or c.__context__
@@ -121,7 +122,8 @@ def locate(fn, x) -> str:
 def explain_error(e: BaseException, *, backend: str, where: str, replay=None) -> tuple:
     """``(what, fix)`` for an exception raised while compiling or running a compiled fn;
     ``replay`` (fn, x) finds the failing frame when the exception lost it."""
-    chain, c = [], e
+    chain: list[BaseException] = []
+    c: BaseException | None = e
     while c is not None and len(chain) < 6:
         chain.append(c)
         c = c.__cause__ or c.__context__

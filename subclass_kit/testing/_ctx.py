@@ -95,7 +95,7 @@ def _mutable_reason(path: str, v) -> str | None:
     if isinstance(v, _ATOMS) or isinstance(v, (tuple, frozenset, torch.Tensor, type, enum.Enum)) or callable(v):
         return None
     if dataclasses.is_dataclass(v):
-        if not v.__dataclass_params__.frozen:
+        if not v.__dataclass_params__.frozen:  # type: ignore[union-attr]  # an instance (classes returned above)
             return f"{path} is a non-frozen dataclass {type(v).__qualname__}"
         return None
     attrs = getattr(v, "__dict__", None)

@@ -66,7 +66,7 @@ def _unfollowed_inners(x) -> list:
     out = []
     for n in flatten(x)[0]:
         v = getattr(x, n)
-        if isinstance(v, torch.Tensor) and v.dim() > 0 and grown.get(n) == tuple(v.shape):
+        if isinstance(v, torch.Tensor) and v.dim() > 0 and (grown or {}).get(n) == tuple(v.shape):
             out.append(n)
     return out
 
@@ -106,12 +106,12 @@ def _all_sizes(x, m) -> tuple:
     shapes = inner_shapes_for(x, new)
     out = list(new)
     for n in flatten(x)[0]:
-        out.extend(shapes.get(n, ()))
+        out.extend((shapes or {}).get(n, ()))
     return tuple(out)
 
 
 def _pattern(sizes) -> tuple:
-    first = {}
+    first: dict[int, int] = {}
     return tuple(first.setdefault(s, i) for i, s in enumerate(sizes)) + tuple(s <= 1 for s in sizes)
 
 

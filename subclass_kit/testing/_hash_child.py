@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pickle
 import sys
+from typing import Any
 
 
 def main() -> int:
@@ -14,14 +15,14 @@ def main() -> int:
     payload = pickle.loads(sys.stdin.buffer.read())
     from subclass_kit.testing._hashing import decode, stable_hash
 
-    out = []
+    out: list[Any] = []
     for blob in payload:
         try:
             subject = pickle.loads(blob)
         except Exception as e:
             out.append({"load_error": f"{type(e).__name__}: {e}"})
             continue
-        rows = []
+        rows: list[dict[str, str]] = []
         for d in subject:
             try:
                 x = decode(d)

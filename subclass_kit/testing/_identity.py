@@ -23,6 +23,7 @@ import pickle
 import subprocess
 import sys
 import time
+from typing import Any
 
 from . import _hashing
 from ._check import Check, Fail, Skip, selected
@@ -49,7 +50,7 @@ def start(runs) -> None:
     """Send every subject's samples to ONE fresh interpreter now; rows collect the answer
     at the end of their subject, so the child's start-up overlaps the other checks."""
 
-    sendable = []
+    sendable: list[Any] = []
     for run in runs:
         state = run.state.setdefault("identity", {})
         if not selected("identity.stable_hash", run.only):

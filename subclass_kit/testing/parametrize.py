@@ -77,5 +77,5 @@ def parametrize_pytree_impls(fn=None, *, impls=PYTREE_IMPLS, argname: str = "pyt
     if not wants:
         params = list(sig.parameters.values())
         params.append(inspect.Parameter(argname, inspect.Parameter.KEYWORD_ONLY))
-        wrapper.__signature__ = sig.replace(parameters=params)
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]  # read by pytest
     return pytest.mark.parametrize(argname, [pytest.param(i, id=i) for i in impls])(wrapper)

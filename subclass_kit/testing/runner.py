@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import Iterable
+from typing import Any, Iterable
 
 from .. import _compat
 from . import (
@@ -182,12 +182,14 @@ def check_subjects(
     backends = _valid_backends(backends)
     if isinstance(only, str):
         only = (only,)
-    runs, plans, names = [], [], []
+    runs: list[Any] = []
+    plans: list[Any] = []
+    names: list[str] = []
     for subject in subjects:
         cases = user_cases(ops) if ops is not None else default_cases(subject.cls)
         run = Run(subject, cases, backends, dynamic, backward, export, serialization, tuple(only or ()), aoti=aoti,
                   opinfo=_opinfo_spec(opinfo), timeout=_valid_timeout(timeout))
-        plan = []
+        plan: list[Any] = []
         for family in _families():
             full = family.plan(run)
             names.extend(c.name for c in full)
