@@ -291,8 +291,9 @@ def _ln_plan(model, mesh, impl: str):
         from ..sharded import (ColwiseParallel, PrepareModuleInput, Replicate, RowwiseParallel,
                                SequenceParallel, Shard, parallelize as apply)
     else:
-        from torch.distributed.tensor import Replicate, Shard
-        from torch.distributed.tensor.parallel import (
+        # torch's styles under the kit's names: the plan below is written once for both.
+        from torch.distributed.tensor import Replicate, Shard  # type: ignore[assignment]
+        from torch.distributed.tensor.parallel import (  # type: ignore[assignment]
             ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel, parallelize_module as apply,
         )
     apply(model, mesh, {
@@ -326,7 +327,7 @@ def _ln_train(model, impl: str, steps: int, seqlen: int, vocab: int = 128) -> tu
     elif impl == "dtensor":
         from torch.distributed.tensor.parallel import loss_parallel
     else:
-        loss_parallel = None
+        loss_parallel = None  # type: ignore[assignment]  # plain: no loss_parallel context
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     times, losses = [], []
     for step in range(steps):
@@ -402,7 +403,7 @@ def layernorm_sp_rows(quick: bool = False, size: int = 2, rounds: int | None = N
             ok = {k: v for k, v in got.items() if "error" not in v}
             for case, key in (("train step", "step"), ("first step (compile)", "first")):
                 for impl, label in (("kit", "kit"), ("dtensor", "DTensor")):
-                    row = {"group": f"tp_layernorm_sp {backend}", "name": case, "impl": label,
+                    row: dict[str, Any] = {"group": f"tp_layernorm_sp {backend}", "name": case, "impl": label,
                            "kind": "kit" if impl == "kit" else "torch", "world_size": size}
                     if impl in ok:
                         row.update(median_us=round(ok[impl][key] * 1e6, 1), graphs=ok[impl]["graphs"],
