@@ -661,6 +661,18 @@ def writes_an_argument(func) -> bool:
 from torch.utils.weak import WeakTensorKeyDictionary  # noqa: E402  (identity-keyed, weak)
 
 
+
+def is_composite_implicit(func) -> bool:
+    """True when ``func`` has a CompositeImplicitAutograd kernel (it decomposes itself)."""
+    return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd")
+
+
+def decomposition(func):
+    """torch's Python decomposition of an aten overload (``torch._decomp``), or None."""
+    from torch._decomp import decomposition_table
+
+    return decomposition_table.get(func)
+
 # ---- torch's own counterparts, for the benchmarks (subclass_kit.bench) -------------------------
 
 

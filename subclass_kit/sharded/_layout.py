@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from symbolic import ceil_div, sym_max, sym_min
 
-from .placements import Shard
 
 __all__ = ["chunk_size", "chunk_start", "local_shape", "even_global_shape", "contiguous_strides"]
 
@@ -64,25 +63,25 @@ def local_shape(global_shape, placements, mesh_shape, coord) -> tuple:
     """The shape of this rank's shard (placements normalized, one per mesh dim).
 
     Example:
+        >>> from subclass_kit.sharded import Shard
         >>> local_shape((5, 4), (Shard(0),), (2,), (1,))
         (2, 4)
     """
-    shape = list(global_shape)
+    shape = tuple(global_shape)
     for p, k, c in zip(placements, mesh_shape, coord):
-        if type(p) is Shard:
-            shape[p.dim] = chunk_size(shape[p.dim], k, c)
-    return tuple(shape)
+        shape = p.local_shape(shape, k, c)
+    return shape
 
 
 def even_global_shape(local, placements, mesh_shape) -> tuple:
     """The global shape when every shard has the local shape (``from_local`` without shape=).
 
     Example:
+        >>> from subclass_kit.sharded import Shard
         >>> even_global_shape((2, 4), (Shard(1),), (3,))
         (2, 12)
     """
-    shape = list(local)
+    shape = tuple(local)
     for p, k in zip(placements, mesh_shape):
-        if type(p) is Shard:
-            shape[p.dim] = shape[p.dim] * k
-    return tuple(shape)
+        shape = p.global_shape(shape, k)
+    return shape

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ._layout import chunk_size, chunk_start
 from .errors import PlacementError
 
 __all__ = ["Placement", "Shard", "Replicate", "Partial", "PARTIAL_OPS", "normalize_placements", "render"]
@@ -23,7 +24,23 @@ PARTIAL_OPS = ("sum", "avg", "max", "min")
 
 
 class Placement:
-    """Base of the three placements; ``is_shard()``, ``is_replicate()``, ``is_partial()``."""
+    """Base of the placements. Each placement carries its own behaviour, as torch's
+    ``Shard._split_tensor`` / ``Partial._reduce_value`` do, so redistribution, layout
+    arithmetic and the op rules ask the placement instead of switching on its type; a new
+    placement is one class:
+
+    - ``local_shape(shape, k, c)`` / ``global_shape(local, k)``: a shard's shape from the
+      global one on a mesh dim of ``k`` ranks at coordinate ``c``, and back (even shards);
+    - ``offset(n, k, c)``: where this rank's part of a dim of ``n`` starts;
+    - ``to_replicate(local, mesh, mesh_dim, shape)``: the whole value (gather, reduce, or
+      nothing);
+    - ``from_replicate(local, mesh, mesh_dim, coord)``: this rank's part of a whole value,
+      without communication;
+    - ``settled()``: the placement of a value computed afresh from this one (a gradient, a
+      ``zeros_like``): a pending reduction never survives, the rest does;
+    - ``cost_to(dst)``: the relative cost of turning this into ``dst`` on one mesh dim;
+    - ``is_shard()``, ``is_replicate()``, ``is_partial()``: what torch's placements answer.
+    """
 
     __slots__ = ()
 
@@ -35,6 +52,30 @@ class Placement:
 
     def is_partial(self) -> bool:
         return False
+
+    def local_shape(self, shape: tuple, k: int, c: int) -> tuple:
+        return shape
+
+    def global_shape(self, local: tuple, k: int) -> tuple:
+        return local
+
+    def offset(self, n, k: int, c: int):
+        return 0
+
+    def to_replicate(self, local, mesh, mesh_dim: int, shape):
+        return local
+
+    def from_replicate(self, local, mesh, mesh_dim: int, coord: int):
+        return local
+
+    def settled(self) -> "Placement":
+        return self
+
+    def cost_to(self, dst: "Placement") -> float:
+        # Replicate to a shard is a local chunk, to a Partial a local mask: (almost) free.
+        if dst == self:
+            return 0.0
+        return 0.01 if dst.is_shard() else 0.02
 
 
 @dataclass(frozen=True)
@@ -54,6 +95,33 @@ class Shard(Placement):
 
     def is_shard(self, dim: int | None = None) -> bool:
         return dim is None or self.dim == dim
+
+    def local_shape(self, shape: tuple, k: int, c: int) -> tuple:
+        d = self.dim
+        return (*shape[:d], chunk_size(shape[d], k, c), *shape[d + 1:])
+
+    def global_shape(self, local: tuple, k: int) -> tuple:
+        d = self.dim
+        return (*local[:d], local[d] * k, *local[d + 1:])
+
+    def offset(self, n, k: int, c: int):
+        return chunk_start(n, k, c)
+
+    def to_replicate(self, local, mesh, mesh_dim: int, shape):
+        from ._comm import gather_shards
+
+        return gather_shards(local, mesh, mesh_dim, self.dim, shape[self.dim])
+
+    def from_replicate(self, local, mesh, mesh_dim: int, coord: int):
+        from ._comm import take_chunk
+
+        return take_chunk(local, mesh.shape[mesh_dim], coord, self.dim)
+
+    def cost_to(self, dst: "Placement") -> float:
+        # A gather moves the tensor once (then a Partial is a local mask on top).
+        if dst == self:
+            return 0.0
+        return 1.02 if dst.is_partial() else 1.0
 
     def __repr__(self) -> str:
         return f"Shard({self.dim})"
@@ -100,6 +168,36 @@ class Partial(Placement):
 
     def is_partial(self) -> bool:
         return True
+
+    def to_replicate(self, local, mesh, mesh_dim: int, shape):
+        from ._comm import reduce_partial
+
+        return reduce_partial(local, mesh, mesh_dim, self.op)
+
+    def from_replicate(self, local, mesh, mesh_dim: int, coord: int):
+        # Operands of a sum: the value on the first rank, zeros elsewhere; of an average, a
+        # max or a min: the value itself on every rank.
+        if self.op == "sum":
+            from ._comm import zero_unless_first
+
+            return zero_unless_first(local, coord)
+        return local
+
+    def reduce_scatter(self, local, mesh, mesh_dim: int, dim: int, coord: int):
+        """The reduction's chunk of tensor dim ``dim`` for this rank, in one collective
+        (``Partial -> Shard(dim)``)."""
+        from ._comm import reduce_scatter_partial
+
+        return reduce_scatter_partial(local, mesh, mesh_dim, self.op, dim, coord)
+
+    def settled(self) -> "Placement":
+        return Replicate()
+
+    def cost_to(self, dst: "Placement") -> float:
+        # Partial -> Shard is one reduce-scatter; -> Replicate an all-reduce.
+        if dst == self:
+            return 0.0
+        return 1.0 if dst.is_shard() else 2.0
 
     def __repr__(self) -> str:
         return f"Partial({self.op!r})"
@@ -173,7 +271,7 @@ def normalize_placements(placements: Any, mesh_ndim: int, ndim: int, *, what: st
         )
     sharded_by: dict = {}
     for i, p in enumerate(out):
-        if isinstance(p, Shard):
+        if p.is_shard():
             if not -ndim <= p.dim < ndim:
                 raise PlacementError(
                     f"{what}: placements[{i}] = {p!r} is out of range for a {ndim}-D tensor "

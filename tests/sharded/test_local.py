@@ -79,14 +79,31 @@ def test_other_bad_input():
     assert "moving between meshes is not supported" in _msg(MeshError, lambda: x.redistribute(fake_mesh(1), [Replicate()]))
     assert "cannot be split into operands" in _msg(PlacementError, lambda: distribute(torch.ones(2), LOCAL, [Partial()]))
     p = x.redistribute(LOCAL, [Partial()])
-    assert "not linear in the Partial operand" in _msg(UnsupportedOpError, lambda: p.exp_())
+    # Not linear in the Partial it updates: computed whole and written back, still Partial.
+    expected = x.full_tensor().exp()
+    p.exp_()
+    assert p.placements == (Partial(),) and torch.allclose(p.full_tensor(), expected)
 
 
 def test_unsupported_op_names_class_overload_and_implements():
     x = distribute(torch.randn(4, 3), LOCAL, [Shard(0)])
-    # histc has no sharding rule (a histogram over the whole tensor).
-    msg = _msg(UnsupportedOpError, lambda: torch.histc(x))
-    assert "ShardedTensor" in msg and "aten.histc.default" in msg and "implements" in msg
+    # A ShardedTensor's global shape is fixed: an in-place reshape has no meaning on it.
+    msg = _msg(UnsupportedOpError, lambda: x.resize_(12))
+    assert "ShardedTensor" in msg and "aten.resize_.default" in msg and "implements" in msg
+
+
+def test_rule_less_op_gathers_matches_dense_and_logs_once(caplog):
+    from subclass_kit.sharded._ops import generic
+
+    d = torch.randn(4, 3)
+    x = distribute(d, LOCAL, [Shard(0)])
+    generic._LOGGED.discard(torch.ops.aten.histc.default)
+    with caplog.at_level("WARNING", logger="subclass_kit.sharded"):
+        # histc has no sharding rule (a histogram over the whole tensor).
+        h1, h2 = torch.histc(x), torch.histc(x)
+    assert h1.placements == (Replicate(),) and torch.equal(h1.full_tensor(), torch.histc(d))
+    msgs = [r.getMessage() for r in caplog.records if "aten.histc.default" in r.getMessage()]
+    assert len(msgs) == 1 and "implements" in msgs[0]
     assert isinstance(UnsupportedOpError("x"), NotImplementedError)
 
 

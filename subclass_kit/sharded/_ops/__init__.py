@@ -1,6 +1,7 @@
 """The op table of ShardedTensor, one module per op family (as DTensor keeps them):
 ``pointwise``, ``view``, ``view_backward``, ``matrix``, ``reduction``, ``factory``, ``indexing``,
-``attention``, ``norms``, ``random``. Importing this package
-registers every rule; ops that no family claims raise ``UnsupportedOpError``."""
+``attention``, ``norm``, ``random``, ``decompose``. Importing this package registers every
+rule; ops no family claims by registration or by torch's tags run through ``generic``
+(gathered to Replicate, run densely, logged once per op)."""
 
-from . import attention, factory, indexing, matrix, norms, pointwise, random, reduction, view, view_backward  # noqa: F401  (registration)
+from . import attention, decompose, factory, generic, indexing, matrix, norm, pointwise, random, reduction, view, view_backward  # noqa: F401  (registration)

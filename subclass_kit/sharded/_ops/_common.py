@@ -301,7 +301,7 @@ def move(x: ShardedTensor, target: tuple) -> torch.Tensor:
 
 def move_plain(t: torch.Tensor, mesh, coord, target: tuple) -> torch.Tensor:
     """A plain tensor taken as Replicate on every mesh dim, under ``target`` (no communication)."""
-    if all(type(p) is Replicate for p in target):
+    if all(p.is_replicate() for p in target):
         return t
     return redistribute_local(t, mesh, coord, (Replicate(),) * len(target), target, t.shape)
 
@@ -368,7 +368,7 @@ def aligned(x_shape, out_shape, out_pl: tuple) -> tuple:
     lead = len(out_shape) - len(x_shape)
     res = []
     for p in out_pl:
-        if type(p) is Shard:
+        if p.is_shard():
             d = p.dim - lead
             if d < 0 or (x_shape[d] == 1 and out_shape[p.dim] != 1):
                 res.append(Replicate())

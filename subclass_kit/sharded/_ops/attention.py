@@ -47,7 +47,7 @@ def _local(x, mesh, coord, target):
 
 def _mask_target(mask, target: tuple) -> tuple:
     # A mask dim of size 1 broadcasts over every rank's batch/heads: replicated.
-    return tuple(p if type(p) is Shard and mask.shape[p.dim] != 1 else Replicate() for p in target)
+    return tuple(p if p.is_shard() and mask.shape[p.dim] != 1 else Replicate() for p in target)
 
 
 def _run(func, args, kwargs, tensors: tuple, n_out: int):

@@ -16,7 +16,7 @@ __all__ = ["like_factory", "new_factory", "is_same_size"]
 
 
 def _no_partial(pl) -> tuple:
-    return tuple(Replicate() if type(p) is Partial else p for p in pl)
+    return tuple(p.settled() for p in pl)
 
 
 @ShardedTensor.implements(

@@ -18,6 +18,7 @@ import torch
 
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of, spec
+from .generic import TAG_RULES
 from ._common import (
     TensorMeta,
     aten,
@@ -26,7 +27,6 @@ from ._common import (
     move,
     planned,
     spec_of,
-    unsupported,
     wrap_out,
 )
 
@@ -84,15 +84,49 @@ _ALONG = {
 }
 
 
+def _schema_dims(func):
+    """``(args, kwargs, ndim) -> (dims, removed)`` read from a reduction's schema: its ``dim``
+    argument (none, ``None`` or ``[]``: every dim) and ``keepdim``."""
+    names = [a.name for a in func._schema.arguments]
+    di = names.index("dim") if "dim" in names else None
+    ki = names.index("keepdim") if "keepdim" in names else None
+
+    def dims(a, k, nd):
+        dim = None if di is None else _arg(a, k, di, "dim")
+        keep = False if ki is None else _arg(a, k, ki, "keepdim", False)
+        if dim is None or (type(dim) in _SEQ and len(dim) == 0):
+            worked = _all(nd)
+        else:
+            worked = {d % nd for d in (dim if type(dim) in _SEQ else (dim,))} if nd else set()
+        return worked, (set() if keep else worked)
+
+    return dims
+
+
+def reduction_rule(func):
+    """The along-dims rule for an op torch tags ``reduction`` (var, std, var_mean, nansum,
+    logsumexp, prod, all, any, norm, vector_norm, aminmax, count_nonzero, ...): shards on
+    the reduced dims are gathered, the others stay. One entry per op, derived from the schema."""
+    if torch.Tag.reduction not in func.tags or torch.Tag.out in func.tags:
+        return None
+    if not func._schema.arguments or func._schema.arguments[0].name != "self":
+        return None
+    _ALONG[func] = _schema_dims(func)
+    return along_dims
+
+
+TAG_RULES.append(reduction_rule)
+
+
 def _along_decide(func, args, kwargs):
     x = args[0]
     mesh, cur, coord = spec(x)
     got = _ALONG[func](args, kwargs, x.dim())
     dims, gone = got if type(got) is tuple else (got, set())
     target = tuple(
-        Replicate() if type(p) is Partial or (type(p) is Shard and p.dim in dims) else p for p in cur
+        Replicate() if p.is_partial() or (p.is_shard() and p.dim in dims) else p for p in cur
     )
-    out_pl = tuple(Shard(p.dim - sum(d < p.dim for d in gone)) if type(p) is Shard else p for p in target)
+    out_pl = tuple(Shard(p.dim - sum(d < p.dim for d in gone)) if p.is_shard() else p for p in target)
     return global_meta(func, args, kwargs), target, out_pl, mesh, coord
 
 
@@ -176,12 +210,11 @@ def by_positions_inplace(func, types, args, kwargs):
     if type(dst) is ShardedTensor:
         check_writable(func, args, kwargs, dst)
         if placements_of(dst) != rep:
-            unsupported(
-                func, args, kwargs,
-                "it writes by global positions into its first operand, which holds only a "
-                "shard (or a pending reduction) here, so rows owned by other ranks would not "
-                "be written;",
-            )
+            # A shard (or a pending reduction) holds only part of the positions written:
+            # computed whole, and each rank keeps its part (the generic fallback's write-back).
+            from .generic import computed_whole
+
+            return computed_whole(func, types, args, kwargs)
         func(dst.local, *_whole(args[1:], rep), **{k: _whole(v, rep) for k, v in kwargs.items()})
         return dst
     func(dst, *_whole(args[1:], rep), **{k: _whole(v, rep) for k, v in kwargs.items()})

@@ -28,7 +28,7 @@ import math
 
 from ..placements import Partial, Replicate, Shard
 from .._redistribute import cost
-from ..tensor import ShardedTensor, placements_of
+from ..tensor import ShardedTensor, placements_of, spec
 from ._common import aligned, aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
 
 __all__ = ["mm", "addmm", "bmm", "strategy"]
@@ -86,13 +86,13 @@ def strategy(labels, a, b, mesh_ndim: int):
     for i in range(mesh_ndim):
         best = None
         for sa, sb, so in _ROWS[labels]:
-            if type(so) is Shard and so.dim in taken:
+            if so.is_shard() and so.dim in taken:
                 continue
             c = cost(pa[i], sa) * wa + cost(pb[i], sb) * wb
             if best is None or c < best[0]:
                 best = (c, sa, sb, so)
         _, sa, sb, so = best
-        if type(so) is Shard:
+        if so.is_shard():
             taken.add(so.dim)
         ta.append(sa)
         tb.append(sb)
@@ -116,7 +116,7 @@ def _plan(func, args, kwargs):
         if type(bias) is ShardedTensor:
             # A bias already Partial alike stays; any other joins a Partial as a masked term.
             cur = placements_of(bias)
-            tbias = tuple(c if type(p) is Partial and c == p else p for p, c in zip(tbias, cur))
+            tbias = tuple(c if p.is_partial() and c == p else p for p, c in zip(tbias, cur))
     fast = None
     if tbias is None and not kwargs and _stays(args[a_idx], ta) and _stays(args[a_idx + 1], tb):
         fast = fast_plan(func, meta, mesh, out_pl, coord)
@@ -129,7 +129,7 @@ def _stays(x, target) -> bool:
     """True when ``x`` is used as it is under ``target`` (no communication, no copy)."""
     if type(x) is ShardedTensor:
         return placements_of(x) == target
-    return all(type(p) is Replicate for p in target)
+    return all(p.is_replicate() for p in target)
 
 
 _planned = planned(_plan)

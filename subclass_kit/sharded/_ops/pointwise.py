@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import torch
 
-from ... import _compat, fallbacks
+from ... import _compat
 from ..placements import Partial, Replicate, Shard
-from ..tensor import ShardedTensor, placements_of
-from ._common import TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, unsupported, wrap_out
+from ..tensor import ShardedTensor, placements_of, spec
+from .generic import TAG_RULES, computed_whole
+from ._common import TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
 
 __all__ = ["pointwise", "rule_for"]
 
@@ -47,7 +48,7 @@ def _broadcasts(x_shape, d, out_shape, od) -> bool:
 
 def _partial_kind(func, i, ops, has_scalars) -> Partial | None:
     """The Partial the output may keep on mesh dim ``i``, or None (reduce to Replicate)."""
-    partial = [placements_of(x)[i] for _, x in ops if type(x) is ShardedTensor and type(placements_of(x)[i]) is Partial]
+    partial = [placements_of(x)[i] for _, x in ops if type(x) is ShardedTensor and placements_of(x)[i].is_partial()]
     if not partial:
         return None
     p = partial[0]
@@ -63,7 +64,7 @@ def _partial_kind(func, i, ops, has_scalars) -> Partial | None:
             return None  # a product of two sums is not the sum of products
         first = ops[0][1]
         if func.overloadpacket in (aten.div, aten.div_) and not (
-            type(first) is ShardedTensor and type(placements_of(first)[i]) is Partial
+            type(first) is ShardedTensor and placements_of(first)[i].is_partial()
         ):
             return None  # 1 / sum is not the sum of 1 / operands
         return p
@@ -80,14 +81,14 @@ def _choose(func, mesh, ops, out_shape, has_scalars) -> tuple:
             if type(x) is not ShardedTensor:
                 continue
             p = placements_of(x)[i]
-            if type(p) is Shard:
+            if p.is_shard():
                 od = p.dim + out_nd - x.dim()
                 if od not in taken and not _broadcasts(x.shape, p.dim, out_shape, od):
                     pick = Shard(od)
                     break
         if pick is None:
             pick = _partial_kind(func, i, ops, has_scalars) or Replicate()
-        if type(pick) is Shard:
+        if pick.is_shard():
             taken.add(pick.dim)
         out.append(pick)
     return tuple(out)
@@ -98,14 +99,14 @@ def _target(x, out_shape, out_pl, additive: bool) -> tuple:
     if type(x) is not ShardedTensor:
         # A plain operand is replicated: a factor of a Partial product, or a term of a
         # Partial('avg') sum (a Partial('sum') add with a plain term is reduced first).
-        return tuple(Replicate() if type(p) is Partial else p for p in t)
+        return tuple(p.settled() for p in t)
     cur = placements_of(x)
     res = []
     for p, c in zip(t, cur):
-        if type(p) is Partial:
+        if p.is_partial():
             # Keep the operand's own Partial; a replicated operand of an add under 'sum'
             # becomes a zero-masked operand, a replicated factor of a product stays as is.
-            res.append(c if type(c) is Partial else (p if p.op == "sum" and additive else Replicate()))
+            res.append(c if c.is_partial() else (p if p.op == "sum" and additive else Replicate()))
         else:
             res.append(p)
     return tuple(res)
@@ -122,11 +123,11 @@ def _plan(func, args, kwargs):
     if written:
         self_ = args[0]
         if type(self_) is not ShardedTensor:
-            unsupported(func, args, kwargs, "the tensor written in place is a plain tensor;")
+            return _WHOLE  # computed whole, written back (see generic)
         out_pl = placements_of(self_)
         for i, p in enumerate(out_pl):
-            if type(p) is Partial and _partial_kind(func, i, ops, has_scalars) != p:
-                unsupported(func, args, kwargs, f"it is not linear in the Partial operand {p!r} it would update in place;")
+            if p.is_partial() and _partial_kind(func, i, ops, has_scalars) != p:
+                return _WHOLE  # computed whole, written back (see generic)
     else:
         out_pl = _choose(func, mesh, ops, m0.shape, has_scalars)
     additive = func in _ADDITIVE
@@ -136,13 +137,13 @@ def _plan(func, args, kwargs):
             continue
         target = _target(x, m0.shape, out_pl, additive)
         if written and where == 0 and target != out_pl:
-            unsupported(func, args, kwargs, "the tensor written in place would have to change placements;")
+            return _WHOLE  # computed whole, written back (see generic)
         moves.append((where, target))
     # The fast path, when nothing moves and nothing is written: the op on the locals, and
     # the result built from what the plan already knows (see pointwise below).
     fast = None
     if not written and not kwargs and all(type(a) is not list and type(a) is not tuple for a in args) and all(
-        (placements_of(args[w]) == t) if type(args[w]) is ShardedTensor else all(type(p) is Replicate for p in t)
+        (placements_of(args[w]) == t) if type(args[w]) is ShardedTensor else all(p.is_replicate() for p in t)
         for w, t in moves
     ):
         fast = fast_plan(func, meta, mesh, out_pl, coord)
@@ -154,9 +155,17 @@ def _plan(func, args, kwargs):
 _planned = planned(_plan, numbers_by_type=True)
 
 
+# The plan of an in-place op whose written operand cannot keep its placements through the
+# op (a nonlinear update of a Partial, a shard written with a broadcast source): the generic
+# fallback computes it whole and writes each shard's part back.
+_WHOLE = ("whole",)
+
+
 def pointwise(func, types, args, kwargs):
     """Run a pointwise op on the local shards (see the module docstring for the rule)."""
     plan = _planned(func, args, kwargs)
+    if plan is _WHOLE:
+        return computed_whole(func, types, args, kwargs)
     if plan[0] is not None:
         return plan[0](args)
     _, meta, out_pl, moves, written, mesh, coord = plan
@@ -181,7 +190,13 @@ def pointwise(func, types, args, kwargs):
 
 def rule_for(func):
     """The rule for an op found by tag (pointwise), or None."""
-    if _compat.POINTWISE_TAG in func.tags and not any(a.kwarg_only and a.name == "out" for a in func._schema.arguments):
+    schema = func._schema
+    if (
+        _compat.POINTWISE_TAG in func.tags
+        and not any(a.kwarg_only and a.name == "out" for a in schema.arguments)
+        # aten.equal is tagged pointwise but answers one bool for the whole tensor.
+        and all(isinstance(r.type, torch.TensorType) for r in schema.returns)
+    ):
         return pointwise
     return None
 
@@ -189,12 +204,22 @@ def rule_for(func):
 # clone too: the kit's built-in clone keeps the outer strides, but clone(memory_format=...)
 # (what contiguous() runs) must give the global strides the dense clone would have.
 ShardedTensor.implements(aten._to_copy.default, aten.fill_.Scalar, aten.copy_.default, aten.clone.default)(pointwise)
+# In-place forms torch tags only ``inplace`` (their out-of-place forms are tagged pointwise).
+ShardedTensor.implements(aten.zero_.default, aten.masked_fill_.Scalar, aten.masked_fill_.Tensor, aten.fill_.Tensor)(pointwise)
 
 
-#: ``ShardedTensor.__fallback__``: pointwise-tagged ops get the pointwise rule (chosen once per
-#: op and cached by the dispatcher), others raise ``UnsupportedOpError``.
-fallback = fallbacks.per_op(rule_for)
+TAG_RULES.append(rule_for)
 
-# Installed here, where the rule lives: ShardedTensor (the lower layer) does not import its op
-# table. ``subclass_kit.sharded`` imports this package before any op can run.
-ShardedTensor.__fallback__ = staticmethod(fallback)
+
+@ShardedTensor.implements(aten._conj.default)
+def conj_view(func, types, args, kwargs):
+    """``conj()`` of a complex tensor is a view with the conjugate bit set; the bit belongs to
+    the wrapper in dense code (kernels resolve it when they see it), which a wrapper's local
+    cannot show them. The conjugate is materialized instead (every placement keeps, a sum of
+    conjugates being the conjugate of the sum), and marked as a copy: a write into it raises
+    rather than miss the base."""
+    x = args[0]
+    mesh, pl, coord = spec(x)
+    out = wrap_out(torch.conj_physical(x.local), global_meta(func, args, kwargs), mesh, pl, coord)
+    out._gathered_view = x._gathered_view or func
+    return ShardedTensor.correct_aliasing(func, args, kwargs, out)

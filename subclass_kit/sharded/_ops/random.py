@@ -1,45 +1,76 @@
-"""In-place random fills (``bernoulli_``, ``uniform_``, ``normal_``) and ``native_dropout``:
-what dropout runs (eagerly ``empty_like(x).bernoulli_(1 - p)``, under torch.compile
-``native_dropout``), so dropout under ``SequenceParallel`` gives the dense model's mask.
+"""Random ops (``normal_``, ``uniform_``, ``bernoulli_``/``bernoulli``, ``native_dropout`` ...)
+without gathering, consistent with dense.
 
-Each rank draws the values of the whole tensor from its own generator and keeps its part
-(a chunk for a Shard, the whole for a Replicate, the whole on the first rank of a
-``Partial('sum')`` and zeros on the others): no communication, and with equal seeds on every
-rank (``torch.manual_seed``, as a training script does) the result is what the dense op
-gives, shard by shard, and every rank's generator advances alike. Drawing the whole tensor
-costs the dense op's random numbers on every rank; DTensor instead offsets a Philox
-generator per shard, which this CPU generator cannot do.
+A rank draws the random values of the *whole* global tensor from its generator -- exactly the
+draw the dense op makes for that shape and dtype -- and keeps its own part: a shard holds the
+values the dense op gives for it under the same seed, and a Replicate result is equal on
+every rank (given one seed on every rank, as ``torch.manual_seed`` in a training script, or
+DTensor's seed broadcast, gives). This is the offset idea of DTensor's RNG tracker on a
+CPU generator, which cannot skip ahead: the draw costs a dense tensor's worth of random
+numbers on each rank, never communication. So dropout under SequenceParallel keeps its
+shard and matches dense.
+
+One entry per op in ``_RANDOM``: the fill ops write a fresh draw into their first operand
+(its values are not read), the others compute on it.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..placements import Replicate
+from ..placements import Partial, Replicate
 from .._redistribute import redistribute_local
-from ..tensor import ShardedTensor, spec
-from ._common import aten, check_writable
+from ..tensor import ShardedTensor, placements_of, spec
+from ._common import check_writable, global_meta, spec_of, wrap_out
+from .generic import computed_whole
 
-__all__ = ["fill_random_", "native_dropout"]
+__all__ = ["random_fill", "dropout"]
+
+aten = torch.ops.aten
+
+# In-place draws that ignore the values they overwrite (their other arguments are numbers).
+_FILLS = (
+    aten.normal_.default, aten.uniform_.default, aten.bernoulli_.float, aten.exponential_.default,
+    aten.geometric_.default, aten.log_normal_.default, aten.cauchy_.default, aten.random_.default,
+    getattr(aten.random_, "from"), aten.random_.to,
+)
 
 
-@ShardedTensor.implements(aten.bernoulli_.float, aten.uniform_.default, aten.normal_.default)
-def fill_random_(func, types, args, kwargs):
-    """Fill a ShardedTensor in place with the dense op's values for its part."""
-    x, rest = args[0], args[1:]
-    check_writable(func, args, kwargs, x)
+def _mine(whole: torch.Tensor, x: ShardedTensor) -> torch.Tensor:
+    """This rank's part of a whole value, under ``x``'s placements (no communication)."""
     mesh, pl, coord = spec(x)
-    whole = func(torch.empty(x.shape, dtype=x.dtype, device=x.local.device), *rest, **kwargs)
-    x.local.copy_(redistribute_local(whole, mesh, coord, (Replicate(),) * mesh.ndim, pl, x.shape))
+    return redistribute_local(whole, mesh, coord, (Replicate(),) * len(pl), pl, x.shape)
+
+
+@ShardedTensor.implements(*_FILLS)
+def random_fill(func, types, args, kwargs):
+    """Draw the whole tensor, keep this rank's part (see the module docstring)."""
+    x = args[0]
+    if type(x) is not ShardedTensor or any(isinstance(a, torch.Tensor) for a in args[1:]):
+        return computed_whole(func, types, args, kwargs)
+    check_writable(func, args, kwargs, x)
+    whole = torch.empty(tuple(x.shape), dtype=x.dtype, device=x.local.device)
+    func(whole, *args[1:], **kwargs)
+    # Partial('sum'): the value on the first rank, zeros elsewhere (sums to the draw).
+    x.local.copy_(_mine(whole, x))
     return x
 
 
-@ShardedTensor.implements(aten.native_dropout.default)
-def native_dropout(func, types, args, kwargs):
-    """``(output, mask)``: the mask drawn as the in-place fill above (the dense mask for each
-    shard), laid out like the input; its backward (``native_dropout_backward``) is pointwise."""
-    x, p, train = (list(args) + [kwargs.get("train")])[:3]
-    if train is False:
-        return x.clone(), torch.ones_like(x, dtype=torch.bool)
-    keep = torch.empty_like(x).bernoulli_(1 - p)
-    return x * keep * (1.0 / (1 - p) if p < 1 else 0.0), keep != 0
+@ShardedTensor.implements(aten.native_dropout.default, aten.bernoulli.p)
+def dropout(func, types, args, kwargs):
+    """Dropout's mask (and ``bernoulli``'s draw) from the whole tensor's draw; this rank keeps its
+    part. ``native_dropout`` returns ``(x * mask * scale, mask)``. (``bernoulli(x)`` draws with
+    ``x``'s values as probabilities, so it needs them whole: the generic fallback does that.)"""
+    x = args[0]
+    mesh, coord = spec_of(func, args, kwargs)
+    if type(x) is not ShardedTensor or any(p.is_partial() for p in placements_of(x)):
+        return computed_whole(func, types, args, kwargs)
+    meta = global_meta(func, args, kwargs)
+    pl = placements_of(x)
+    ones = torch.ones(tuple(x.shape), dtype=x.dtype, device=x.local.device)
+    if func is aten.bernoulli.p:
+        return wrap_out(_mine(func(ones, *args[1:], **kwargs), x), meta, mesh, pl, coord)
+    scaled, mask = func(ones, *args[1:], **kwargs)  # scaled = mask * 1 / (1 - p)
+    out = x.local * _mine(scaled, x)
+    return (wrap_out(out, meta[0], mesh, pl, coord), wrap_out(_mine(mask, x), meta[1], mesh, pl, coord))
+

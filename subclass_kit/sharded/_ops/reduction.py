@@ -75,10 +75,10 @@ def _reduce_decide(func, args, kwargs):
     dims, keepdim = _dims_keepdim(func, x, args, kwargs)
     target, out_pl = [], []
     for p in placements:
-        if type(p) is Partial and p.op not in _KEEPS[kind]:
+        if p.is_partial() and p.op not in _KEEPS[kind]:
             p = Replicate()
         target.append(p)
-        if type(p) is Shard:
+        if p.is_shard():
             if p.dim in dims:
                 out_pl.append(Partial(kind))
             else:
@@ -87,13 +87,13 @@ def _reduce_decide(func, args, kwargs):
             out_pl.append(p)
     meta = global_meta(func, args, kwargs)
     mean_of_shard = None
-    if func in (aten.mean.default, aten.mean.dim) and any(type(p) is Shard and p.dim in dims for p in target):
+    if func in (aten.mean.default, aten.mean.dim) and any(p.is_shard() and p.dim in dims for p in target):
         # mean over a sharded dim: the local sum divided by the global count (exact for
         # uneven shards), a Partial('sum') of the mean.
         mean_of_shard = (dims, keepdim, math.prod(x.shape[d] for d in dims))
     target, out_pl = tuple(target), tuple(out_pl)
     identity = None
-    if kind != "sum" and any(type(p) is Shard and p.dim in dims for p in target):
+    if kind != "sum" and any(p.is_shard() and p.dim in dims for p in target):
         dt = meta.dtype
         if dt == torch.bool:
             identity = kind == "min"
@@ -140,7 +140,7 @@ def softmax_like(func, types, args, kwargs):
     # Every tensor operand is brought to one layout: the first's, minus a shard on `dim`,
     # minus Partial (softmax is not linear).
     base = placements_of(tensors[0])
-    pl = tuple(Replicate() if (type(p) is Shard and p.dim == dim) or type(p) is Partial else p for p in base)
+    pl = tuple(Replicate() if (p.is_shard() and p.dim == dim) or p.is_partial() else p for p in base)
     new = [
         move(a, pl) if type(a) is ShardedTensor else (move_plain(a, mesh, coord, pl) if isinstance(a, torch.Tensor) else a)
         for a in args

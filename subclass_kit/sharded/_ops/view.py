@@ -37,7 +37,7 @@ __all__ = ["detach", "permute_like", "reshape_like", "expand", "along_dim", "dia
 def _release(x, dims) -> tuple:
     """``x``'s local with mesh dims sharding any of ``dims`` gathered; and its placements."""
     pl = placements_of(x)
-    target = tuple(Replicate() if type(p) is Shard and p.dim in dims else p for p in pl)
+    target = tuple(Replicate() if p.is_shard() and p.dim in dims else p for p in pl)
     return move(x, target), target
 
 
@@ -123,7 +123,7 @@ def _builtin_alias(func, types, args, kwargs):
 
 
 def _shift(pl, fn) -> tuple:
-    return tuple(Shard(fn(p.dim)) if type(p) is Shard else p for p in pl)
+    return tuple(Shard(fn(p.dim)) if p.is_shard() else p for p in pl)
 
 
 @ShardedTensor.implements(aten.t.default, aten.transpose.int, aten.permute.default)
@@ -251,7 +251,7 @@ def _reshape_decide(func, args, kwargs):
     lost = set()
     shape, size = tuple(x.shape), list(meta.shape)
     for i, p in enumerate(cur):
-        if type(p) is Shard:
+        if p.is_shard():
             e = _view_target(shape, meta.shape, p.dim)
             n = shape[p.dim]  # the chunked size: the input's when the dim is kept
             if e is None:
@@ -262,7 +262,7 @@ def _reshape_decide(func, args, kwargs):
                 n = meta.shape[e]
             moves[p.dim] = e
             size[e] = chunk_size(n, mesh.shape[i], coord[i])
-    target = tuple(Replicate() if type(p) is Shard and p.dim in lost else p for p in cur)
+    target = tuple(Replicate() if p.is_shard() and p.dim in lost else p for p in cur)
     pl = _shift(target, moves.__getitem__)
     # Fast only when nothing is gathered (the local is viewed as it is).
     fast = _fast_of(func, args, kwargs, meta, pl) if target == cur else None
@@ -278,11 +278,11 @@ def expand(func, types, args, kwargs):
     x = args[0]
     meta = global_meta(func, args, kwargs)
     lead = len(meta.shape) - x.dim()
-    bad = {p.dim for p in placements_of(x) if type(p) is Shard and x.shape[p.dim] == 1 and meta.shape[p.dim + lead] != 1}
+    bad = {p.dim for p in placements_of(x) if p.is_shard() and x.shape[p.dim] == 1 and meta.shape[p.dim + lead] != 1}
     local, pl = _release(x, bad)
     size = list(meta.shape)
     for p in pl:
-        if type(p) is Shard:
+        if p.is_shard():
             size[p.dim + lead] = local.size(p.dim)
     pl = _shift(pl, lambda d: d + lead)
     return _finish(func, args, kwargs, func(local, size, *args[2:], **kwargs), meta, pl, local is not x.local)
@@ -311,9 +311,9 @@ def _along_decide(func, args, kwargs):
     x = args[0]
     i = _DIM_ARG[func]
     dim = args[i] if len(args) > i else kwargs.get("dim", 0)
-    dim = dim % x.dim()
+    dim = dim % x.dim() if x.dim() else 0  # a 0-d tensor has one (virtual) dim
     cur = placements_of(x)
-    target = tuple(Replicate() if type(p) is Shard and p.dim == dim else p for p in cur)
+    target = tuple(Replicate() if p.is_shard() and p.dim == dim else p for p in cur)
     pl = _shift(target, lambda d: d - (d > dim)) if func in _DROPS_DIM else target
     return global_meta(func, args, kwargs), target, pl
 
@@ -452,10 +452,35 @@ def as_strided(func, types, args, kwargs):
         else:
             out = aten.unsqueeze.default(out, op[1])
     if ops is None or (tuple(out.shape), tuple(out.stride()), out.storage_offset()) != (size, stride, offset):
-        from ._common import unsupported
-
-        unsupported(func, args, kwargs, f"as_strided{(size, stride, offset)} is not a view made of slices, selects, a permute and unsqueezes;")
+        return _as_strided_whole(func, args, kwargs, x, size, stride, offset)
     return out
+
+
+def _as_strided_whole(func, args, kwargs, x, size, stride, offset):
+    """Any other as_strided: the whole tensor laid out in a buffer with its global strides
+    and offset (the dense storage it views, as far as it covers it), strided from there. A
+    copy, marked as a gathered view (a write into it would not reach ``x``)."""
+    from .generic import _WHOLE_CALLS, _note
+
+    mesh, pl, coord = spec(x)
+    rep = (Replicate(),) * mesh.ndim
+    loc = x.local
+    if pl == rep and x._gathered_view is None and loc.stride() == x.stride() and loc.storage_offset() == x.storage_offset():
+        # The local is laid out as the global tensor: the same as_strided is a true view of it.
+        out = wrap_out(loc.as_strided(size, stride, offset), TensorMeta(size, stride, x.dtype, offset), mesh, rep, coord)
+        return ShardedTensor.correct_aliasing(func, args, kwargs, out)
+    _note(func, _WHOLE_CALLS)
+    whole = move(x, rep)
+    need = max(
+        x.storage_offset() + 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride())) if x.numel() else 0,
+        offset + 1 + sum((n - 1) * st for n, st in zip(size, stride)) if all(n for n in size) else 0,
+    )
+    buf = whole.new_zeros(need)
+    buf.as_strided(tuple(x.shape), tuple(x.stride()), x.storage_offset()).copy_(whole)
+    local = buf.as_strided(size, stride, offset)
+    res = wrap_out(local, TensorMeta(size, stride, x.dtype, offset), mesh, rep, coord)
+    res._gathered_view = x._gathered_view or func
+    return ShardedTensor.correct_aliasing(func, args, kwargs, res)
 
 
 def _cat_decide(func, args, kwargs):
@@ -466,9 +491,9 @@ def _cat_decide(func, args, kwargs):
     mesh, cur, coord = spec(first)
     nd = first.dim() + (func is aten.stack.default)
     dim = dim % nd
-    same_partial = [p if type(p) is not Partial or all(type(t) is ShardedTensor and placements_of(t)[i] == p for t in tensors) else Replicate()
+    same_partial = [p if not p.is_partial() or all(type(t) is ShardedTensor and placements_of(t)[i] == p for t in tensors) else Replicate()
                     for i, p in enumerate(cur)]
-    target = tuple(Replicate() if type(p) is Shard and p.dim == dim and func is aten.cat.default else p for p in same_partial)
+    target = tuple(Replicate() if p.is_shard() and p.dim == dim and func is aten.cat.default else p for p in same_partial)
     if func is aten.stack.default:
         out_pl = _shift(target, lambda d: d + (d >= dim))
     else:

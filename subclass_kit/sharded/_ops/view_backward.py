@@ -32,7 +32,7 @@ def _grad_target(pl, gone: set) -> tuple:
     """Placements of the gradient the rule runs on: shards on ``gone`` gathered, Partials
     that are not linear reduced."""
     return tuple(
-        Replicate() if (type(p) is Shard and p.dim in gone) or (type(p) is Partial and p.op not in _LINEAR) else p
+        Replicate() if (p.is_shard() and p.dim in gone) or (p.is_partial() and p.op not in _LINEAR) else p
         for p in pl
     )
 
@@ -53,12 +53,12 @@ def _embed_decide(func, args, kwargs):
     elif func is aten.select_backward.default:
         dim = args[2] % nd
         target = _grad_target(cur, set())
-        out_pl = tuple(Shard(p.dim + (p.dim >= dim)) if type(p) is Shard else p for p in target)
+        out_pl = tuple(Shard(p.dim + (p.dim >= dim)) if p.is_shard() else p for p in target)
     else:  # diagonal_backward(grad, input_sizes, offset, dim1, dim2): the diagonal is the last dim of grad
         d1, d2 = args[3] % nd, args[4] % nd
         target = _grad_target(cur, {g.dim() - 1})
         kept = [d for d in range(nd) if d not in (d1, d2)]
-        out_pl = tuple(Shard(kept[p.dim]) if type(p) is Shard else p for p in target)
+        out_pl = tuple(Shard(kept[p.dim]) if p.is_shard() else p for p in target)
     lsizes = list(local_shape(sizes, out_pl, mesh.shape, coord))
     return global_meta(func, args, kwargs), target, out_pl, lsizes, mesh, coord
 
@@ -84,16 +84,16 @@ def _scatter_decide(func, args, kwargs):
     spl = placements_of(src) if type(src) is ShardedTensor else (Replicate(),) * mesh.ndim
     out = []
     for p, q in zip(bpl, spl):
-        if type(p) is Shard and p.dim != dim:
+        if p.is_shard() and p.dim != dim:
             out.append(p)
-        elif type(p) is Partial and p == q and p.op in _LINEAR:
+        elif p.is_partial() and p == q and p.op in _LINEAR:
             out.append(p)
         else:
             out.append(Replicate())
     out_pl = tuple(out)
     drop = func is aten.select_scatter.default
     src_pl = tuple(
-        Shard(p.dim - (drop and p.dim > dim)) if type(p) is Shard else p for p in out_pl
+        Shard(p.dim - (drop and p.dim > dim)) if p.is_shard() else p for p in out_pl
     )
     return global_meta(func, args, kwargs), out_pl, src_pl, mesh, coord
 

@@ -1,0 +1,76 @@
+"""Normalizations over trailing dims (``layer_norm``, ``rms_norm``) and their backward.
+
+Each op is one entry of ``_NORMS``: which arguments are activations (the input's shape),
+statistics (the input's shape with the normalized dims kept as 1), parameters (the
+normalized shape), and what each result is. Per mesh dim, the rule is DTensor's:
+
+- a shard on a dim that is not normalized (batch, sequence) stays -- the statistics are per
+  row, so each rank normalizes its rows alone (SequenceParallel's LayerNorm);
+- a shard on a normalized dim is gathered first, a Partial reduced first;
+- parameters are used whole; their gradients are sums over the rows, so where the rows are
+  sharded a parameter's gradient is ``Partial('sum')``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ..placements import Partial, Replicate, Shard
+from ..tensor import ShardedTensor, placements_of, spec
+from ._common import TensorMeta, aten, global_meta, move, move_plain, planned, spec_of, wrap_out
+
+__all__ = ["normalize"]
+
+
+class _Norm(NamedTuple):
+    ns: int  # position of normalized_shape
+    act: tuple  # positions of activation-shaped arguments (the first decides the layout)
+    stat: tuple  # positions of per-row statistics
+    param: tuple  # positions of parameters (normalized-shaped)
+    outs: tuple  # per result: "act", "stat" or "grad" (a parameter's gradient)
+
+
+_NORMS = {
+    aten.native_layer_norm.default: _Norm(1, (0,), (), (2, 3), ("act", "stat", "stat")),
+    aten.native_layer_norm_backward.default: _Norm(2, (1, 0), (3, 4), (5, 6), ("act", "grad", "grad")),
+    aten._fused_rms_norm.default: _Norm(1, (0,), (), (2,), ("act", "stat")),
+    aten._fused_rms_norm_backward.default: _Norm(2, (1, 0), (3,), (4,), ("act", "grad")),
+}
+
+
+def _decide(func, args, kwargs):
+    rule = _NORMS[func]
+    mesh, coord = spec_of(func, args, kwargs)
+    x = args[rule.act[0]]
+    nd = x.dim()
+    first = nd - len(args[rule.ns])
+    cur = placements_of(x) if type(x) is ShardedTensor else (Replicate(),) * mesh.ndim
+    rows = tuple(p if p.is_shard() and p.dim < first else Replicate() for p in cur)
+    whole = (Replicate(),) * mesh.ndim
+    grads = tuple(Partial("sum") if p.is_shard() else Replicate() for p in rows)
+    moves = [(i, rows) for i in (*rule.act, *rule.stat)] + [(i, whole) for i in rule.param]
+    outs = tuple({"act": rows, "stat": rows, "grad": grads}[k] for k in rule.outs)
+    return global_meta(func, args, kwargs), tuple(moves), outs, mesh, coord
+
+
+_plan = planned(_decide)
+
+
+@ShardedTensor.implements(*_NORMS)
+def normalize(func, types, args, kwargs):
+    """Normalize each rank's rows; see the module docstring for the rule."""
+    meta, moves, outs, mesh, coord = _plan(func, args, kwargs)
+    new = list(args)
+    for i, target in moves:
+        a = args[i]
+        if type(a) is ShardedTensor:
+            new[i] = move(a, target)
+        elif isinstance(a, torch.Tensor):
+            new[i] = move_plain(a, mesh, coord, target)
+    res = func(*new, **kwargs)
+    return tuple(
+        None if r is None else wrap_out(r, m, mesh, pl, coord) if type(m) is TensorMeta else r
+        for r, m, pl in zip(res, meta, outs)
+    )

@@ -1,0 +1,155 @@
+"""Rank tasks for the generic gathering fallback (ops without a sharding rule): values,
+gradients, in-place and out= writes into shards, views that gathered, random ops, and the
+same under torch.compile -- each against dense, raising on the first mismatch."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.distributed as dist
+from torch._dynamo.testing import CompileCounterWithBackend
+
+from subclass_kit import UnsupportedOpError
+from subclass_kit.sharded import Partial, Replicate, Shard, ShardedTensor, distribute
+from subclass_kit.sharded._ops import generic
+from subclass_kit.sharded._ops.generic import gathered_ops
+
+close = torch.testing.assert_close
+aten = torch.ops.aten
+
+LAYOUTS = {"Shard(0)": [Shard(0)], "Shard(1)": [Shard(1)], "Replicate()": [Replicate()]}
+
+
+def _mesh():
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (dist.get_world_size(),))
+
+
+# Ops without a rule (each gathers), with dense meaning, differentiable.
+def _fns():
+    return {
+        "logdet of gram": lambda t: torch.logdet(t @ t.mT + torch.eye(t.shape[0])),
+        "trace": lambda t: torch.trace(t) * t[0],
+        "kthvalue": lambda t: torch.kthvalue(t, 2, dim=1).values,
+        "glu": lambda t: torch.nn.functional.glu(t, dim=1),
+        "det": lambda t: torch.linalg.det(t + 3 * torch.eye(t.shape[0])),
+    }
+
+
+def values_and_grads(backend: str) -> dict:
+    """Each rule-less op: value and gradient equal dense, eager and compiled (fullgraph);
+    ``gathered_ops`` names the overloads that took the fallback."""
+    mesh = _mesh()
+    g = torch.Generator().manual_seed(20)
+    D = torch.randn(6, 6, generator=g)
+    frames = {}
+    paths = {}
+    for name, fn in _fns().items():
+        d = D.clone().requires_grad_(True)
+        fn(d).sum().backward()
+        for lname, pl in LAYOUTS.items():
+            gathered_ops().clear()
+            x = distribute(D, mesh, pl).requires_grad_(True)
+            y = fn(x)
+            close(y.full_tensor(), fn(D), msg=f"{name} of {lname}")
+            y.sum().backward()
+            close(x.grad.full_tensor(), d.grad, msg=f"grad of {name} of {lname}")
+            paths[name] = sorted(map(str, gathered_ops()))
+            torch._dynamo.reset()  # one lambda code object serves every op: count afresh
+            cnt = CompileCounterWithBackend(backend)
+            x2 = distribute(D, mesh, pl).requires_grad_(True)
+            out = torch.compile(lambda t: fn(t).sum(), backend=cnt, fullgraph=True)(x2)
+            close(out.full_tensor(), fn(D).sum(), msg=f"compiled {name} of {lname}")
+            out.backward()
+            close(x2.grad.full_tensor(), d.grad, msg=f"compiled grad of {name} of {lname}")
+            frames[f"{name} {lname}"] = cnt.frame_count
+    return {"frames": frames, "paths": paths}
+
+
+def writes() -> dict:
+    """In-place and out= ops without a rule write this rank's part of the dense result into
+    each written shard (placements kept); a view that gathered refuses a write."""
+    mesh = _mesh()
+    g = torch.Generator().manual_seed(21)
+    D = torch.randn(6, 4, generator=g)
+    v = torch.randn(4, generator=g)
+    res = {}
+    for lname, pl in LAYOUTS.items():
+        x = distribute(D, mesh, pl)
+        x.zero_()  # no rule: gathered, written back shard by shard
+        close(x.full_tensor(), torch.zeros(6, 4), msg=f"zero_ {lname}")
+        res[f"zero_ {lname}"] = repr(x.placements)
+        x = distribute(D, mesh, pl)
+        out = distribute(torch.zeros(6), mesh, [Shard(0)] if lname != "Replicate()" else [Replicate()])
+        torch.mv(x, distribute(v, mesh, [Replicate()]), out=out)
+        close(out.full_tensor(), D @ v, msg=f"mv out= {lname}")
+        res[f"mv out= {lname}"] = repr(out.placements)
+    # A Partial destination keeps its Partial: the value lands on the first rank.
+    p = ShardedTensor.from_local(torch.ones(3) * (dist.get_rank() + 1), mesh, [Partial("sum")])
+    torch.ops.aten.zero_.default(p)
+    close(p.full_tensor(), torch.zeros(3))
+    res["zero_ partial"] = repr(p.placements)
+    # Changing a shape in place is refused by name.
+    x = distribute(D, mesh, [Shard(0)])
+    try:
+        x.t_()
+        res["t_"] = "ok"
+    except UnsupportedOpError as e:
+        res["t_"] = "raises" if "t_" in str(e) and "shape" in str(e) else str(e)
+    # out= of the wrong shape would resize: refused by name.
+    bad = distribute(torch.zeros(5), mesh, [Replicate()])
+    try:
+        torch.mv(distribute(D, mesh, [Shard(0)]), distribute(v, mesh, [Replicate()]), out=bad)
+        res["mv out= resize"] = "ok"
+    except UnsupportedOpError as e:
+        res["mv out= resize"] = "raises" if "resized" in str(e) else str(e)
+    return res
+
+
+def random_ops() -> dict:
+    """Random ops without a rule: Replicate is equal on every rank; a shard is the dense
+    op's value for it under the same seed."""
+    mesh = _mesh()
+    res = {}
+    for lname, pl in LAYOUTS.items():
+        for name, fn in {
+            "normal_": lambda t: t.normal_(),
+            "uniform_": lambda t: t.uniform_(-1, 1),
+            "bernoulli_": lambda t: t.bernoulli_(0.3),
+            "dropout": lambda t: torch.nn.functional.dropout(t, 0.5, training=True),
+        }.items():
+            torch.manual_seed(5)
+            dense = fn(torch.ones(6, 4))
+            x = distribute(torch.ones(6, 4), mesh, pl)
+            torch.manual_seed(5)
+            y = fn(x)
+            close(y.full_tensor(), dense, msg=f"{name} {lname}")
+            mine = torch.tensor(y.to_local().sum().item())
+            both = [torch.zeros(()) for _ in range(dist.get_world_size())]
+            dist.all_gather(both, mine)
+            res[f"{name} {lname}"] = "same on every rank" if all(b == both[0] for b in both) else "differs"
+    return res
+
+
+def logged_once() -> list:
+    """The messages the ``subclass_kit.sharded`` logger emitted for two calls of a rule-less op."""
+    mesh = _mesh()
+    records: list = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    log = logging.getLogger("subclass_kit.sharded")
+    h = Keep()
+    log.addHandler(h)
+    generic._LOGGED.discard(aten.histc.default)  # the shared world may have logged it already
+    try:
+        x = distribute(torch.randn(4, 3), mesh, [Shard(0)])
+        torch.histc(x)  # a histogram of the whole tensor: no rule
+        torch.histc(x)
+    finally:
+        log.removeHandler(h)
+    return [m for m in records if "aten.histc.default" in m]
