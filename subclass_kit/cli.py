@@ -29,6 +29,7 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Sequence
 
 from .testing.parametrize import BACKENDS as DEFAULT_BACKENDS
 
@@ -508,7 +509,7 @@ _TORCH_INTERNAL_NOTICES = (
 )
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``subclass-kit`` command line; returns the exit status.
 
     Example:

@@ -11,6 +11,8 @@ way out for a whole module.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import inspect
 
 import torch
@@ -82,7 +84,7 @@ def _fix_for(cls) -> str:
     return f"{how}, or export subclass_kit.deploy.plain_outputs(module) instead of the module"
 
 
-def check_plain_outputs(ep) -> None:
+def check_plain_outputs(ep: torch.export.ExportedProgram) -> None:
     """Raise :class:`~subclass_kit.SubclassOutputError` if an output of the exported
     program is a tensor subclass (which an AOTInductor package cannot return).
 
@@ -110,7 +112,7 @@ def check_plain_outputs(ep) -> None:
             )
 
 
-def aoti_package(ep, package_path: str, *, inductor_configs: dict | None = None) -> str:
+def aoti_package(ep: torch.export.ExportedProgram, package_path: str, *, inductor_configs: dict | None = None) -> str:
     """Compile an ``ExportedProgram`` into an AOTInductor package; returns its path.
 
     Checks the outputs first (:func:`check_plain_outputs`), so a subclass output fails in
@@ -122,6 +124,6 @@ def aoti_package(ep, package_path: str, *, inductor_configs: dict | None = None)
     return _compat.aoti_compile_and_package(ep, package_path, inductor_configs)
 
 
-def load_package(path: str):
+def load_package(path: str) -> Callable[..., Any]:
     """Load an AOTInductor package (``torch._inductor.aoti_load_package``); callable."""
     return _compat.aoti_load_package(path)

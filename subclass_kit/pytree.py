@@ -16,6 +16,8 @@ Example:
 
 from __future__ import annotations
 
+from typing import Any, Callable, Iterable, Iterator
+
 import contextlib
 
 import optree
@@ -51,7 +53,7 @@ def current() -> str:
 
 
 @contextlib.contextmanager
-def using(impl: str):
+def using(impl: str) -> Iterator[None]:
     """Context manager form of :func:`use`.
 
     Example:
@@ -68,7 +70,7 @@ def using(impl: str):
         use(prev)
 
 
-def tree_flatten(tree):
+def tree_flatten(tree: Any) -> tuple[list[Any], Any]:
     """Leaves and a spec that ``tree_unflatten`` accepts (from the same implementation).
 
     Example:
@@ -82,14 +84,14 @@ def tree_flatten(tree):
     return _compat.python_pytree.tree_flatten(tree)
 
 
-def tree_unflatten(leaves, spec):
+def tree_unflatten(leaves: Iterable[Any], spec: Any) -> Any:
     """Rebuild a tree from leaves and a spec of either implementation."""
     if isinstance(spec, optree.PyTreeSpec):
         return optree.tree_unflatten(spec, list(leaves))
     return _compat.python_pytree.tree_unflatten(list(leaves), spec)
 
 
-def tree_leaves(tree):
+def tree_leaves(tree: Any) -> list[Any]:
     """The leaves, left to right (dicts in insertion order; None is a leaf, as in torch).
 
     Example:
@@ -102,7 +104,7 @@ def tree_leaves(tree):
     return _compat.python_pytree.tree_leaves(tree)
 
 
-def tree_map(fn, tree, *rests):
+def tree_map(fn: Callable[..., Any], tree: Any, *rests: Any) -> Any:
     """Apply ``fn`` to every leaf.
 
     Example:
@@ -115,7 +117,7 @@ def tree_map(fn, tree, *rests):
     return _compat.python_pytree.tree_map(fn, tree, *rests)
 
 
-def tree_map_only(types, fn, tree):
+def tree_map_only(types: type | tuple[type, ...], fn: Callable[..., Any], tree: Any) -> Any:
     """Apply ``fn`` to the leaves that are instances of ``types``; keep the others.
 
     Example:

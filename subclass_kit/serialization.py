@@ -9,6 +9,8 @@ needs exactly: the class, ``rebuild``, and the ctx type with its rebuild functio
 
 from __future__ import annotations
 
+from typing import Any
+
 from . import _compat
 from .ctx import SubclassCtx, _rebuild_ctx
 from ._flatten import rebuild
@@ -16,7 +18,7 @@ from ._flatten import rebuild
 __all__ = ["allow", "required_globals"]
 
 
-def required_globals(*classes) -> list:
+def required_globals(*classes: type) -> list[Any]:
     """The globals ``torch.load(weights_only=True)`` needs for these classes.
 
     Example:
@@ -40,7 +42,7 @@ def required_globals(*classes) -> list:
     return [*classes, rebuild, SubclassCtx, _rebuild_ctx, *extra]
 
 
-def allow(*classes) -> None:
+def allow(*classes: type) -> None:
     """Let ``torch.load(..., weights_only=True)`` load these WrapperTensor subclasses.
 
     Meta values of other types (enums, dataclasses) are allowed too when the class lists

@@ -25,7 +25,8 @@ import logging
 import os
 import platform
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -133,7 +134,7 @@ def markdown_table(rows: list) -> str:
     return "\n".join(lines)
 
 
-def main(quick: bool = False, out: str = "bench-out", suites=SUITES) -> list:
+def main(quick: bool = False, out: str = "bench-out", suites: Sequence[str] = SUITES) -> list[dict[str, Any]]:
     """Run every available suite; write ``bench.json``, ``bench.md`` and (with matplotlib)
     ``bench.png`` into ``out``; return the rows.
 

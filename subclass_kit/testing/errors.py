@@ -6,6 +6,8 @@ kit still reports them properly (``SubclassCheckError`` is an ``AssertionError``
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import SubclassKitError
 
 __all__ = ["SubclassCheckError", "SamplesError", "CheckTimeout"]
@@ -17,7 +19,7 @@ class SubclassCheckError(SubclassKitError, AssertionError):
     ``.report`` holds the whole :class:`~subclass_kit.testing.CheckReport`.
     """
 
-    def __init__(self, message: str, report=None):
+    def __init__(self, message: str, report: Any = None) -> None:
         super().__init__(message)
         self.report = report
 

@@ -36,6 +36,7 @@ import difflib
 import time
 import warnings
 from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -363,7 +364,8 @@ def _describe_sample(sample) -> str:
     return ", ".join(parts)
 
 
-def sweep_op(info, from_plain, *, to_plain=None, dtype=torch.float32, device="cpu", max_samples: int = 3,
+def sweep_op(info: Any, from_plain: Callable[[torch.Tensor], Any], *, to_plain: Callable[[Any], torch.Tensor] | None = None,
+             dtype: torch.dtype = torch.float32, device: str = "cpu", max_samples: int = 3,
              backward: bool = True, timeout: float | None = 30.0) -> OpResult:
     """Run one OpInfo entry through the subclass (see :func:`sweep_ops`); never raises for
     the op's behaviour: every outcome is an :class:`OpResult`."""
@@ -407,8 +409,10 @@ def _resolve_from_plain(from_plain):
     return from_plain, name
 
 
-def sweep_ops(from_plain, *, ops=None, to_plain=None, dtype=torch.float32, device="cpu", max_samples: int = 3,
-              backward: bool = True, timeout: float | None = 30.0, on_result=None, subject=None) -> OpSweep:
+def sweep_ops(from_plain: Callable[[torch.Tensor], Any], *, ops: Sequence[Any] | None = None,
+              to_plain: Callable[[Any], torch.Tensor] | None = None, dtype: torch.dtype = torch.float32,
+              device: str = "cpu", max_samples: int = 3, backward: bool = True, timeout: float | None = 30.0,
+              on_result: Callable[[OpResult], Any] | None = None, subject: Any = None) -> OpSweep:
     """Run torch's OpInfo database through a wrapper subclass; say per op whether it is right.
 
     Args:

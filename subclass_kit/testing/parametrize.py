@@ -8,6 +8,8 @@ and once with torch's Python pytree active in ``subclass_kit.pytree``, and gives
 
 from __future__ import annotations
 
+from typing import Any, Callable, Sequence
+
 import functools
 import inspect
 
@@ -18,7 +20,8 @@ PYTREE_IMPLS = ("optree", "python")
 _SLOW = {"inductor"}
 
 
-def parametrize_backends(fn=None, *, backends=BACKENDS, argname: str = "backend"):
+def parametrize_backends(fn: Callable[..., Any] | None = None, *, backends: Sequence[str] = BACKENDS,
+                         argname: str = "backend") -> Any:
     """Parametrize a test over torch.compile backends; ``inductor`` is marked ``slow``.
 
     Usable bare or with arguments.
@@ -43,7 +46,8 @@ def parametrize_backends(fn=None, *, backends=BACKENDS, argname: str = "backend"
     return deco if fn is None else deco(fn)
 
 
-def parametrize_pytree_impls(fn=None, *, impls=PYTREE_IMPLS, argname: str = "pytree_impl"):
+def parametrize_pytree_impls(fn: Callable[..., Any] | None = None, *, impls: Sequence[str] = PYTREE_IMPLS,
+                             argname: str = "pytree_impl") -> Any:
     """Run a test once per ``subclass_kit.pytree`` implementation, that one active.
 
     The test may take a ``pytree_impl`` argument to know which; the previous

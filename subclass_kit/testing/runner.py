@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from .. import _compat
 from . import (
@@ -221,19 +221,19 @@ def check_subjects(
 
 
 def check_subclass(
-    samples,
+    samples: Any,
     *,
-    ops=None,
-    backends=BACKENDS,
+    ops: Sequence[Any] | None = None,
+    backends: Sequence[str] = BACKENDS,
     dynamic: bool = True,
     backward: bool = True,
     export: bool = True,
     serialization: bool = True,
-    only=None,
-    on_row=None,
+    only: str | Sequence[str] | None = None,
+    on_row: Callable[..., Any] | None = None,
     aoti: bool = False,
-    opinfo=False,
-    timeout=DEFAULT_TIMEOUT,
+    opinfo: Any = False,
+    timeout: float | None = DEFAULT_TIMEOUT,
 ) -> CheckReport:
     """Check that a wrapper tensor subclass is compile-ready; say what is wrong if not.
 
