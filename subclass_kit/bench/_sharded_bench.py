@@ -2,7 +2,8 @@
 
 One rank (a 1-rank gloo group in a freshly started process, always reaped), a 16x16 float
 tensor under ``Replicate()`` and under ``Shard(0)`` (the right operand of ``mm`` is
-``Replicate()``), ops ``add``, ``mul``, ``mm``, ``view``, ``t``, ``sum``, ``detach``. Every
+``Replicate()``), ops ``add``, ``mul``, ``mm``, ``view``, ``t``, ``sum``, ``detach``, ``var``,
+``layer_norm``, ``softmax``, ``mse_loss``. Every
 op is timed for the kit, DTensor and a plain tensor round-robin, so load hits them alike;
 ``median over ops`` is the median of the kit's per-op ratios to DTensor (issue 12's figure).
 """
@@ -28,7 +29,18 @@ OPS = {
     "t": lambda x, y: x.t(),
     "sum": lambda x, y: x.sum(),
     "detach": lambda x, y: x.detach(),
+    # ops of the rule families found from torch's metadata and the norm/decomposition rules
+    "var": lambda x, y: x.var(1),
+    "layer_norm": lambda x, y: _F().layer_norm(x, (16,)),
+    "softmax": lambda x, y: x.softmax(1),
+    "mse_loss": lambda x, y: _F().mse_loss(x, x),
 }
+
+
+def _F():
+    import torch.nn.functional as F
+
+    return F
 
 
 def _operands(quick: bool) -> dict:

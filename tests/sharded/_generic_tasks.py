@@ -153,3 +153,61 @@ def logged_once() -> list:
     finally:
         log.removeHandler(h)
     return [m for m in records if "aten.histc.default" in m]
+
+
+def _rule_fns():
+    F = torch.nn.functional
+    g = torch.Generator().manual_seed(22)
+    w, b, v = torch.randn(6, generator=g), torch.randn(6, generator=g), torch.randn(6, generator=g)
+    tgt = torch.rand(4, 3, 6, generator=g)
+    return {
+        "layer_norm": lambda t: F.layer_norm(t, (6,), w, b),
+        "var over last": lambda t: t.var(-1),
+        "var_mean": lambda t: torch.var_mean(t, -1, keepdim=True)[0],
+        "logsumexp": lambda t: torch.logsumexp(t, -1),
+        "mse_loss": lambda t: F.mse_loss(t, tgt),
+        "bce": lambda t: F.binary_cross_entropy(torch.sigmoid(t), tgt),
+        "mv": lambda t: t @ v,
+        "vector_norm": lambda t: torch.linalg.vector_norm(t, dim=-1),
+    }
+
+
+def rules_without_gather(backend: str) -> dict:
+    """The rule families found from torch's metadata, the norm and decomposition rules: the
+    value and gradient equal dense eagerly and compiled (fullgraph), and no op gathers
+    through the generic fallback; the output keeps the input's shard where the math allows."""
+    mesh = _mesh()
+    g = torch.Generator().manual_seed(23)
+    D = torch.randn(4, 3, 6, generator=g)
+    out = {}
+    for name, fn in _rule_fns().items():
+        d = D.clone().requires_grad_(True)
+        fn(d).sum().backward()
+        for lname, pl in {"Shard(0)": [Shard(0)], "Shard(1)": [Shard(1)]}.items():
+            gathered_ops().clear()
+            x = distribute(D, mesh, pl).requires_grad_(True)
+            y = fn(x)
+            close(y.full_tensor(), fn(D), msg=f"{name} of {lname}", atol=1e-5, rtol=1e-5)
+            y.sum().backward()
+            close(x.grad.full_tensor(), d.grad, msg=f"grad of {name} of {lname}", atol=1e-5, rtol=1e-5)
+            torch._dynamo.reset()
+            cnt = CompileCounterWithBackend(backend)
+            x2 = distribute(D, mesh, pl).requires_grad_(True)
+            z = torch.compile(lambda t: fn(t).sum(), backend=cnt, fullgraph=True)(x2)
+            close(z.full_tensor(), fn(D).sum(), msg=f"compiled {name} of {lname}", atol=1e-4, rtol=1e-5)
+            z.backward()
+            close(x2.grad.full_tensor(), d.grad, msg=f"compiled grad of {name} of {lname}", atol=1e-5, rtol=1e-5)
+            out[f"{name} {lname}"] = (repr(y.placements), sorted(map(str, gathered_ops())), cnt.frame_count)
+    # dropout under sequence parallelism: the dense mask, shard by shard, eager and compiled
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        f = torch.nn.functional.dropout
+        run = torch.compile(lambda t: f(t, 0.3) * 2, backend=backend, fullgraph=True) if compiled else (lambda t: f(t, 0.3) * 2)
+        torch.manual_seed(9)
+        dense = torch.nn.functional.dropout(torch.ones(4, 6, 6), 0.3) * 2
+        x = distribute(torch.ones(4, 6, 6), mesh, [Shard(1)])
+        torch.manual_seed(9)
+        y = run(x)
+        close(y.full_tensor(), dense, msg=f"dropout compiled={compiled}")
+        out[f"dropout compiled={compiled}"] = repr(y.placements)
+    return out

@@ -46,3 +46,19 @@ def test_each_gathering_op_is_logged_once():
     results = world(2).run(_generic_tasks.logged_once, timeout=TIMEOUT)
     assert len(results[0]) == 1
     assert "aten.histc.default" in results[0][0] and "implements" in results[0][0]
+
+
+def test_metadata_norm_and_decomposed_rules_keep_shards_eager_and_compiled():
+    results = world(2).run(_generic_tasks.rules_without_gather, "aot_eager", timeout=TIMEOUT)
+    r = results[0]
+    for key, (pl, gathered, frames) in ((k, v) for k, v in r.items() if not k.startswith("dropout")):
+        assert gathered == [], key  # no op of these went through the gathering fallback
+        assert frames == 1, key
+    # Reductions over the last dim and layer norm keep a shard of a leading dim.
+    for name in ("layer_norm", "var over last", "var_mean", "logsumexp", "vector_norm"):
+        assert (r[f"{name} Shard(0)"][0], r[f"{name} Shard(1)"][0]) == ("(Shard(0),)", "(Shard(1),)"), name
+    # (matmul folds (4, 3, 6) into (12, 6): a shard of the leading dim survives the merge)
+    assert r["mv Shard(0)"][0] == "(Shard(0),)"
+    # A loss over sharded rows is a pending sum, not a gather.
+    assert r["mse_loss Shard(0)"][0] == r["bce Shard(0)"][0] == "(Partial('sum'),)"
+    assert r["dropout compiled=False"] == r["dropout compiled=True"] == "(Shard(1),)"
