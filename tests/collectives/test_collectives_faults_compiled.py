@@ -20,7 +20,10 @@ import subclass_kit.collectives as kit
 
 from kit_helpers.harness import World, pid_alive
 
-_PG_TIMEOUT = 4.0
+# Short enough that a fault fails fast, long enough that the warm-up compile (each rank
+# compiles, then runs the collective) does not time out when one rank compiles seconds
+# slower than the other on a loaded 2-core machine.
+_PG_TIMEOUT = 12.0
 
 
 def _issues(x):
