@@ -3,13 +3,13 @@
 State is what a wrapper instance carries besides its fields: not part of the ctx, so not
 flattened, guarded, hashed or pickled (an asynchronous result's pending wait, a cache). It
 lives in the instance's attributes; an instance that never set it reads the declared
-default from the class. Only this module, the base class and the kit's trusted
-constructors touch the instance dict for it.
+default from the class. Only this module, the class's ``make`` (``_runtime.py``) and the rewrap
+engine's view fast path (``_aliasing.rewrap``) write it into the instance dict.
 """
 
 from __future__ import annotations
 
-__all__ = ["install", "of", "put", "check", "share"]
+__all__ = ["install", "of", "check", "share"]
 
 
 def install(cls, spec) -> None:
@@ -38,13 +38,6 @@ def of(x) -> dict | None:
         return None
     d = x.__dict__
     return {n: d[n] for n in names if n in d} or None
-
-
-def put(x, values: dict) -> None:
-    """Set declared state on a freshly built ``x`` (trusted paths; names are checked)."""
-    check(type(x), values)
-    # Straight into the instance dict: a fresh instance, and state is never a field.
-    x.__dict__.update(values)
 
 
 def check(cls, values: dict) -> None:

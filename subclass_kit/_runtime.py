@@ -175,6 +175,7 @@ def build_make(cls: type, names: tuple, state_names: frozenset) -> Callable:
                 maybe_record(r, inners, size, stride, offset)  # see the one-inner variant
             return r
 
+    make.kit_generated = True
     make.__name__ = "make"
     make.__qualname__ = f"{qual}.make"
     make.__doc__ = build_make.__doc__

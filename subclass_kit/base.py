@@ -190,9 +190,6 @@ class WrapperTensor(torch.Tensor):
     @classmethod
     def __default_ctx__(cls):
         """The ctx built from the meta defaults (for ``symbolic.relations(cls)``)."""
-        from .ctx import SubclassCtx
-        from .fields import MISSING
-
         spec = cls.__kit_spec__
         missing = [n for n, d in zip(spec.meta_names, spec.meta_defaults) if d is MISSING]
         if missing:
@@ -442,7 +439,11 @@ def _install_runtime(cls, spec) -> None:
     """Give ``cls`` its spec, its runtime object and its generated ``make``."""
     cls.__kit_spec__ = spec
     kit = cls.__kit__ = KitClass(cls, spec, _DEFAULT_INNER_SHAPES)
-    cls.make = staticmethod(kit.make)
+    own = getattr(cls, "make", None)
+    if own is None or getattr(own, "kit_generated", False):
+        # A class (or a parent) that defines a ``make`` of its own keeps it; the kit's is
+        # then reached as ``Cls.__kit__.make``.
+        cls.make = staticmethod(kit.make)
     _instance_state.install(cls, spec)
     kit.graph_rebuild = _flatten.graph_rebuild(cls)
     _dispatch.init_class(cls)

@@ -108,3 +108,24 @@ def test_trust_is_declared_not_found_by_file():
     assert ShardedTensor.__check_handlers__ is False
     h = _dispatch.resolve(ShardedTensor, aten.mm.default)
     assert not hasattr(h, "__wrapped__")
+
+
+class OwnMake(WrapperTensor):
+    """A class with a factory named ``make`` keeps it; the kit's is ``__kit__.make``."""
+
+    payload: torch.Tensor = inner()
+
+    @classmethod
+    def make(cls, value):
+        return cls(torch.full((2,), float(value)))
+
+
+class OwnMakeChild(OwnMake):
+    pass
+
+
+def test_a_class_keeps_its_own_make():
+    assert OwnMake.make(3).payload.tolist() == [3.0, 3.0]
+    assert type(OwnMakeChild.make(1)) is OwnMakeChild
+    x = OwnMake.__kit__.make((torch.ones(2),), ctx_of(OwnMake.make(1)), (2,), (1,))
+    assert type(x) is OwnMake and x.payload.tolist() == [1.0, 1.0]
