@@ -16,7 +16,7 @@ import torch
 from typing import Any
 
 from . import _compat
-from . import _instance_state as instance_state
+from . import _instance_state
 from .ctx import _DTYPE, CTX_ATTR
 
 __all__ = ["OpAliasing", "FUNCTIONAL", "plan", "correct_aliasing", "returns_input", "written_args", "wrap_like", "rewrap", "wrap_aliased"]
@@ -219,7 +219,7 @@ def wrap_like(tmpl, results, state=None):
 def wrap_aliased(tmpl, func, args, kwargs, results, p):
     """``wrap_like`` for an op that views or writes (plan ``p``), with the aliasing fixed."""
     # A view shares its base's declared state (e.g. a pending wait) and its storage.
-    state = instance_state.of(tmpl) if p.view_pairs and type(tmpl).__kit__.state_order else None
+    state = _instance_state.of(tmpl) if p.view_pairs and type(tmpl).__kit__.state_order else None
     out = wrap_like(tmpl, results, state)
     if p.simple_view and args and args[0] is tmpl and type(out) is type(tmpl):
         # The common view (view, t, detach, slice ...): the result aliases its input directly.
@@ -255,7 +255,7 @@ def rewrap(tmpl, func, args, kwargs, *results):
             kit = type(tmpl).__kit__
             d = tmpl.__dict__
             out = kit.make(results, d[CTX_ATTR], r0.shape, r0.stride(), r0.storage_offset())
-            if kit.state_order:  # instance_state.share, inline
+            if kit.state_order:  # _instance_state.share, inline
                 od = out.__dict__
                 for n in kit.state_order:
                     if n in d:

@@ -11,12 +11,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from . import (
-    _compat,
-    _aliasing as aliasing,
-    _instance_state as instance_state,
-    _pre_dispatch as pre_dispatch,
-)
+from . import _aliasing, _compat, _instance_state, _pre_dispatch
 from ._runtime import kit_handler
 from .ctx import CTX_ATTR
 from .fallbacks import _first_wrapper, map_inner
@@ -67,7 +62,7 @@ def _same_outer(func, args, kwargs, per_inner, device=None):
     d = x.__dict__
     inners = tuple(None if d[n] is None else per_inner(d[n]) for n in kit.inner_names)
     out = kit.make(inners, d[CTX_ATTR], x.shape, x.stride(), x.storage_offset(), device=device)
-    return aliasing.correct_aliasing(func, args, kwargs, out)
+    return _aliasing.correct_aliasing(func, args, kwargs, out)
 
 
 def _detach(func, types, args, kwargs):
@@ -80,7 +75,7 @@ def _detach(func, types, args, kwargs):
     out = kit.make(inners, d[CTX_ATTR], x.shape, x.stride(), x.storage_offset())
     _unsafe_set(out, x)
     if kit.state_order:  # an alias shares its base's declared state
-        instance_state.share(out, x)
+        _instance_state.share(out, x)
     return out
 
 
@@ -169,7 +164,7 @@ _BUILTINS = {
     aten.copy_.default: _copy_,
     aten.empty_like.default: _empty_like,
     aten.as_strided.default: _as_strided,
-    pre_dispatch.to_plain_op: pre_dispatch.to_plain_handler,
+    _pre_dispatch.to_plain_op: _pre_dispatch.to_plain_handler,
 }
 
 

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import _aliasing as aliasing, _compat
+from . import _aliasing, _compat
 from ._runtime import kit_handler
 from .errors import ToPlainError, UnsupportedOpError
 from ._opname import op_name
@@ -97,16 +97,16 @@ def map_inner(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
             results = [None if d[n] is None else op(d[n], a1 if d1 is None else d1[n]) for n in names]
         else:
             results = [None if d[n] is None else op(*_swap(args, cls, n)) for n in names]
-    plan = _PLANS.get(func) or aliasing.plan(func)
+    plan = _PLANS.get(func) or _aliasing.plan(func)
     if plan is _FUNCTIONAL:
-        return aliasing.wrap_like(tmpl, results)
+        return _aliasing.wrap_like(tmpl, results)
     if plan.write_args is not None:
-        return aliasing.correct_aliasing(func, args, kwargs, None, plan)
-    return aliasing.wrap_aliased(tmpl, func, args, kwargs, results, plan)
+        return _aliasing.correct_aliasing(func, args, kwargs, None, plan)
+    return _aliasing.wrap_aliased(tmpl, func, args, kwargs, results, plan)
 
 
-_PLANS = aliasing.PLANS
-_FUNCTIONAL = aliasing.FUNCTIONAL
+_PLANS = _aliasing.PLANS
+_FUNCTIONAL = _aliasing.FUNCTIONAL
 _FAST_OPS: dict = {}
 
 
@@ -159,7 +159,7 @@ def to_plain(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
         >>> type(torch.neg(x)).__name__
         'Tensor'
     """
-    for idx, name in aliasing.written_args(func):
+    for idx, name in _aliasing.written_args(func):
         target = args[idx] if idx < len(args) else kwargs.get(name)
         if _is_wrapper(target):
             raise UnsupportedOpError(
