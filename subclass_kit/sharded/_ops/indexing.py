@@ -23,8 +23,10 @@ from ._common import (
     TensorMeta,
     aten,
     check_writable,
+    fast_plan,
     global_meta,
     move,
+    on_locals,
     planned,
     spec_of,
     wrap_out,
@@ -127,7 +129,16 @@ def _along_decide(func, args, kwargs):
         Replicate() if p.is_partial() or (p.is_shard() and p.dim in dims) else p for p in cur
     )
     out_pl = tuple(Shard(p.dim - sum(d < p.dim for d in gone)) if p.is_shard() else p for p in target)
-    return global_meta(func, args, kwargs), target, out_pl, mesh, coord
+    meta = global_meta(func, args, kwargs)
+    fast = None
+    if target == cur and not kwargs and not any(isinstance(a, torch.Tensor) or type(a) in _SEQ and any(
+            isinstance(b, torch.Tensor) for b in a) for a in args[1:]):
+        # Nothing moves and the other arguments are numbers or dims: the op on the local and
+        # the result built from what the plan knows (as the pointwise fast path).
+        fast = fast_plan(func, meta, mesh, out_pl, coord)
+        if fast is not None:
+            fast = on_locals(*fast, args)
+    return meta, target, out_pl, mesh, coord, fast
 
 
 _along_plan = planned(_along_decide)
@@ -151,7 +162,9 @@ def _whole(a, rep):
 @ShardedTensor.implements(*_ALONG)
 def along_dims(func, types, args, kwargs):
     """Gather the shards on the dims the op works along; keep the others."""
-    meta, target, out_pl, mesh, coord = _along_plan(func, args, kwargs)
+    meta, target, out_pl, mesh, coord, fast = _along_plan(func, args, kwargs)
+    if fast is not None:
+        return fast(args)
     rep = (Replicate(),) * len(target)
     rest = [_whole(a, rep) for a in args[1:]]
     res = func(move(args[0], target), *rest, **{k: _whole(v, rep) for k, v in kwargs.items()})

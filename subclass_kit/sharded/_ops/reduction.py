@@ -129,9 +129,7 @@ _SOFTMAX = {
 }
 
 
-@ShardedTensor.implements(*_SOFTMAX)
-def softmax_like(func, types, args, kwargs):
-    """Softmax along an unsharded dim runs locally; a sharded one is gathered first."""
+def _softmax_decide(func, args, kwargs):
     mesh, coord = spec_of(func, args, kwargs)
     i = _SOFTMAX[func]
     x = args[0]
@@ -141,9 +139,27 @@ def softmax_like(func, types, args, kwargs):
     # minus Partial (softmax is not linear).
     base = placements_of(tensors[0])
     pl = tuple(Replicate() if (p.is_shard() and p.dim == dim) or p.is_partial() else p for p in base)
+    meta = global_meta(func, args, kwargs)
+    fast = None
+    if not kwargs and all(placements_of(a) == pl if type(a) is ShardedTensor else not isinstance(a, torch.Tensor)
+                          for a in args):
+        fast = fast_plan(func, meta, mesh, pl, coord)
+        if fast is not None:
+            fast = on_locals(*fast, args)
+    return meta, pl, mesh, coord, fast
+
+
+_softmax_plan = planned(_softmax_decide)
+
+
+@ShardedTensor.implements(*_SOFTMAX)
+def softmax_like(func, types, args, kwargs):
+    """Softmax along an unsharded dim runs locally; a sharded one is gathered first."""
+    meta, pl, mesh, coord, fast = _softmax_plan(func, args, kwargs)
+    if fast is not None:
+        return fast(args)
     new = [
         move(a, pl) if type(a) is ShardedTensor else (move_plain(a, mesh, coord, pl) if isinstance(a, torch.Tensor) else a)
         for a in args
     ]
-    meta = global_meta(func, args, kwargs)
     return wrap_out(func(*new, **kwargs), meta, mesh, pl, coord)

@@ -452,8 +452,23 @@ def as_strided(func, types, args, kwargs):
         else:
             out = aten.unsqueeze.default(out, op[1])
     if ops is None or (tuple(out.shape), tuple(out.stride()), out.storage_offset()) != (size, stride, offset):
+        if _is_reshape(x, size, stride, offset):
+            # A flatten or an unflatten of a compact tensor (how AOTAutograd regenerates a
+            # view(-1) output): the view rule, which keeps the shards it can.
+            return aten.view.default(x, list(size))
         return _as_strided_whole(func, args, kwargs, x, size, stride, offset)
     return out
+
+
+def _is_reshape(x, size, stride, offset) -> bool:
+    from .._layout import contiguous_strides
+
+    return (
+        offset == x.storage_offset()
+        and tuple(x.stride()) == contiguous_strides(x.shape)
+        and tuple(stride) == contiguous_strides(size)
+        and math.prod(size) == x.numel()
+    )
 
 
 def _as_strided_whole(func, args, kwargs, x, size, stride, offset):
