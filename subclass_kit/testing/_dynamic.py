@@ -233,10 +233,11 @@ def _sweep(run):
                 "__inner_shapes__, so the checker cannot build other sizes; pass samples of two or "
                 "more dim-0 sizes with the same ctx (or define __inner_shapes__)"
             )
-        sizes = [tuple(int(v) for v in x.shape) for x in xs]
+        # (str for a jagged dim: a nested int has no int value)
+        sizes = [tuple(str(v) if _compat.is_nested_int(v) else int(v) for v in x.shape) for x in xs]
         source = "samples"
     else:
-        rest = tuple(int(v) for v in base.shape[1:])
+        rest = tuple(base.shape[1:])  # as they are (a jagged dim's nested int has no int value)
         wanted = [(m,) + rest for m in sweep_candidates(base)]
         if len(wanted) < 3:
             raise Skip(f"could not find 3 sizes for dim 0 of {describe(base)} that keep its size pattern")

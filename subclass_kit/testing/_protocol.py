@@ -420,7 +420,8 @@ def _inner_shapes_dynamic(run):
         if floaty:
             sample = next(f"{n}: {tuple(str(_compat.sym_expr(s)) if _compat.is_symbolic(s) else s for s in v)}"
                           for n, v in shapes.items() if any(_compat.is_symbolic(s) and any(f in str(_compat.sym_expr(s)) for f in floaty) for s in v))
-            raise Fail(f"{what} computes a size through a float ({sample}; math.ceil or int() of a true division), "
-                       f"which dynamo guards on or specializes when dim {d} is dynamic", fix)
+            raise Fail(f"{what} computes a size through a float ({sample}; math.ceil or int() of a true division): "
+                       f"symbolic.relations and symbolic.mark_dynamic(x, {d}) cannot express it (they raise), and "
+                       "dynamo can only guard on it", fix)
         dims.append(d)
     return f"dims {dims} stay symbolic" if dims else "no dim above 1"
