@@ -257,6 +257,33 @@ def fake_mode(shape_env=None):
     return FakeTensorMode(shape_env=shape_env, allow_non_fake_inputs=False)
 
 
+def float_dtype_of(inners: tuple, fn):
+    """The first floating dtype ``fn(fake_inners)`` computes in, or of its result; None if none.
+
+    Runs ``fn`` in a fresh fake mode that lets real constants in (a lookup table a
+    ``to_plain`` indexes), recording the dtype of every op's result: metadata of a
+    computation without computing it.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    seen: list = []
+
+    class _Dtypes(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            seen.extend(t.dtype for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+            return out
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    fakes = tuple(None if t is None else mode.from_tensor(t) for t in inners)
+    with mode, _Dtypes():
+        out = fn(fakes)
+    seen.append(out.dtype)
+    return next((d for d in seen if d.is_floating_point or d.is_complex), None)
+
+
 def shape_env():
     """A ShapeEnv without duck sizing: equal sizes get distinct symbols, so a class that
     reads the size of an inner tensor where it should read ``outer_size`` is told apart."""

@@ -7,17 +7,19 @@ trusted constructor, see ``_runtime.py``), as dispatch outputs and ``__tensor_un
 
 from __future__ import annotations
 
+import warnings
+import weakref
 from typing import Any
 
 import torch
 
 from . import _compat
 from .ctx import SubclassCtx
-from .errors import ConstructionError, InnerShapeError, InnerShapesKeyError, OuterArgumentError
+from .errors import ConstructionError, InnerShapeError, InnerShapesKeyError, OuterArgumentError, OuterDtypeWarning
 from .fields import MISSING, InnerField
-from ._spec import check_meta_type, check_meta_value
+from ._spec import check_meta_rule, check_meta_type, check_meta_value
 
-__all__ = ["construct", "contiguous_strides"]
+__all__ = ["construct", "contiguous_strides", "check_parts"]
 
 
 def contiguous_strides(size) -> tuple:
@@ -34,29 +36,48 @@ def _fmt_shape(shape) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
+def _shape_rule(cls, spec, name: str, exp, size) -> str:
+    """How a shape message names the rule that applies: the class's own ``__inner_shapes__``,
+    or (without one) "every inner tensor has the outer shape"."""
+    if cls.__kit__.inner_shapes_are_outer():
+        return (
+            f"{spec.qualname} defines no __inner_shapes__, so every inner tensor must have the "
+            f"outer shape {_fmt_shape(tuple(size))}"
+        )
+    return f"{spec.qualname}.__inner_shapes__ expects {_fmt_shape(exp)} for outer size {_fmt_shape(tuple(size))}"
+
+
+def _shape_fix(cls) -> str:
+    if cls.__kit__.inner_shapes_are_outer():
+        return (
+            "Pass tensors of the outer shape, pass size= for the outer tensor, or define "
+            "__inner_shapes__(cls, outer_size, ctx) returning the shapes that follow from the "
+            "outer size (leave out an inner tensor whose shape is free)."
+        )
+    return "Pass matching tensors, pass size= for the outer tensor, or fix __inner_shapes__."
+
+
 def _check_inner_shapes(cls, spec, inners, size, ctx) -> None:
     expected = cls.__inner_shapes__(tuple(size), ctx)
-    _check_inner_shapes_keys(spec, inners, size, expected)
+    _check_inner_shapes_keys(spec, size, expected)
     for f, t in zip(spec.inner, inners):
         if t is None or f.name not in expected:
-            continue
+            continue  # left out of __inner_shapes__: a free shape, as any inner tensor in torch
         exp = tuple(expected[f.name])
         got = tuple(t.shape)
         if len(exp) != len(got):
             raise InnerShapeError(
                 f"{spec.qualname}.{f.name} has shape {_fmt_shape(got)} but "
-                f"{spec.qualname}.__inner_shapes__ expects {_fmt_shape(exp)} for outer size "
-                f"{_fmt_shape(tuple(size))} (ndim {len(got)} vs {len(exp)}). Pass matching "
-                "tensors, pass size= for the outer tensor, or fix __inner_shapes__."
+                f"{_shape_rule(cls, spec, f.name, exp, size)} (ndim {len(got)} vs {len(exp)}). "
+                f"{_shape_fix(cls)}"
             )
         for d, (e, g) in enumerate(zip(exp, got)):
             if isinstance(e, int) and isinstance(g, int):
                 if e != g:
                     raise InnerShapeError(
                         f"{spec.qualname}.{f.name} has shape {_fmt_shape(got)} but "
-                        f"{spec.qualname}.__inner_shapes__ expects {_fmt_shape(exp)} for outer "
-                        f"size {_fmt_shape(tuple(size))} (dim {d}: expected {e}, got {g}). Pass "
-                        "matching tensors, pass size= for the outer tensor, or fix __inner_shapes__."
+                        f"{_shape_rule(cls, spec, f.name, exp, size)} (dim {d}: expected {e}, "
+                        f"got {g}). {_shape_fix(cls)}"
                     )
             else:
                 # Symbolic: a Python `!=` would specialize the dimension; torch._check records
@@ -70,33 +91,29 @@ def _check_inner_shapes(cls, spec, inners, size, ctx) -> None:
                 )
 
 
-def _check_inner_shapes_keys(spec, inners, size, expected) -> None:
-    # A wrong or missing key used to pass here unnoticed (the shape check skipped it) and
-    # surface much later, inside torch, as "setStorage ... out of bounds". Absent optional
-    # inners may be listed or not.
-    if type(expected) is dict and len(expected) == len(inners) and all(n in expected for n in spec.inner_names):
+def _check_inner_shapes_keys(spec, size, expected) -> None:
+    # A wrong key used to pass here unnoticed (the shape check skipped it) and surface much
+    # later, inside torch, as "setStorage ... out of bounds". A key left out is a free
+    # shape (API.md): only keys that name no inner field are mistakes.
+    if type(expected) is dict and all(k in spec.inner_names for k in expected):
         return  # the common case, checked without building anything
     where = f"{spec.qualname}.__inner_shapes__(outer_size={_fmt_shape(tuple(size))}, ctx)"
     if not hasattr(expected, "keys"):
         raise InnerShapesKeyError(
-            f"{where} returned a {type(expected).__name__}, not a dict; return one shape per "
-            f"inner field, e.g. {{{', '.join(repr(n) + ': (...)' for n in spec.inner_names)}}}."
+            f"{where} returned a {type(expected).__name__}, not a dict; return "
+            f"{{inner_name: shape}} for the inner fields whose shape follows from the outer "
+            f"size, e.g. {{{', '.join(repr(n) + ': (...)' for n in spec.inner_names)}}}."
         )
-    present = [f.name for f, t in zip(spec.inner, inners) if t is not None]
     keys = list(expected.keys())
     unknown = [k for k in keys if k not in spec.inner_names]
-    missing = [n for n in present if n not in keys]
-    if unknown or missing:
+    if unknown:
         got = ", ".join(repr(k) for k in keys) or "no keys"
-        wrong = []
-        if unknown:
-            wrong.append(f"{', '.join(repr(k) for k in unknown)} {'is not an inner field' if len(unknown) == 1 else 'are not inner fields'}")
-        if missing:
-            wrong.append(f"{', '.join(repr(n) for n in missing)} {'is' if len(missing) == 1 else 'are'} missing")
         raise InnerShapesKeyError(
-            f"{where} returned keys {got}, but must return one shape per inner field: "
-            f"expected {', '.join(repr(n) for n in present)} ({'; '.join(wrong)}). Fix the "
-            f"keys of the dict {spec.qualname}.__inner_shapes__ returns."
+            f"{where} returned keys {got}, but {', '.join(repr(k) for k in unknown)} "
+            f"{'is not an inner field' if len(unknown) == 1 else 'are not inner fields'} of "
+            f"{spec.qualname} (its inner fields: {', '.join(repr(n) for n in spec.inner_names)}). "
+            f"Fix the keys of the dict {spec.qualname}.__inner_shapes__ returns; leave out an "
+            "inner field whose shape is free."
         )
 
 
@@ -181,8 +198,12 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
             except TypeError:  # unhashable: check_meta_value explains
                 seen = False
             if not seen:
+                # The type first: a list for an int field is a wrong type, not a
+                # hashability problem (a tensor keeps its own message: declare it inner()).
+                if not isinstance(v, torch.Tensor):
+                    check_meta_type(qual, f, v, where="the value passed")
                 check_meta_value(qual, f.name, v, where="the value passed")
-                check_meta_type(qual, f, v, where="the value passed")
+                check_meta_rule(qual, f, v, where="the value passed")
                 ok.add(key)
         meta_values.append(v)
 
@@ -201,15 +222,70 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
         else:
             _check_stride(qual, stride, size, primary)
         offset = 0
-    dtype = primary.dtype if dtype is None else _check_dtype_arg(qual, dtype)
+    dtype_given = dtype is not None
+    if dtype is None:
+        dtype = cls.__default_dtype__ or primary.dtype
+    else:
+        dtype = _check_dtype_arg(qual, dtype)
     device = primary.device if device is None else _check_device_arg(qual, device, primary)
     requires_grad = primary.requires_grad if requires_grad is None else bool(requires_grad)
 
     present = tuple(f.name for f, t in zip(spec.inner, inners) if t is not None)
     ctx = SubclassCtx.make(qual, spec.meta_names, tuple(meta_values), dtype, present)
     _check_inner_shapes(cls, spec, inners, size, ctx)
+    if not dtype_given and not (dtype.is_floating_point or dtype.is_complex) and "to_plain" in _all_dicts(cls):
+        _check_outer_dtype(cls, tuple(inners), ctx, size, stride)
     return kit.make(tuple(inners), ctx, size, tuple(stride), offset, requires_grad,
                     device=None if device == primary.device else device)
+
+
+def _all_dicts(cls) -> set:
+    return {k for c in cls.__mro__ if c is not torch.Tensor and c is not object for k in vars(c)}
+
+
+# class -> {ctx: the floating dtype its to_plain computes in, or None}; weak, so a class
+# defined in a test goes away with it.
+_DTYPE_PROBES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _check_outer_dtype(cls, inners, ctx, size, stride) -> None:
+    """Warn when a left-out ``dtype=`` made the wrapper integer while ``to_plain()`` is floating.
+
+    The wrapper's dtype is what every op and ``F.linear`` computes in; a uint8 outer over an
+    NF4 weight truncates its dequantized values silently. ``to_plain()`` is run once per
+    class and ctx on fake copies of the inner tensors (no data is touched): floating point
+    anywhere in it (a ``to_plain`` usually ends in ``.to(self.dtype)``, which hides it in the
+    result) means the tensor stands for floating values. One that cannot run on fakes gives
+    no verdict.
+    """
+    cache = _DTYPE_PROBES.get(cls)
+    if cache is None:
+        cache = _DTYPE_PROBES[cls] = {}
+    if ctx in cache:
+        got = cache[ctx]
+    else:
+        got = None
+        if not (_compat.in_fake_or_proxy_mode() or _compat.is_compiling()
+                or any(_compat.is_fake(t) or _compat.is_symbolic(s) for t in inners if t is not None for s in t.shape)
+                or any(_compat.is_symbolic(s) for s in size)):
+            def plain(fakes):
+                return cls.to_plain(cls.__kit__.make(fakes, ctx, size, tuple(stride), 0))
+
+            try:
+                got = _compat.float_dtype_of(inners, plain)
+            except Exception:  # any failure of the author's to_plain on fakes: no verdict
+                got = None
+        cache[ctx] = got
+    if got is not None:
+        warnings.warn(
+            f"{cls.__kit_spec__.qualname} was built without dtype=, so its outer dtype is the "
+            f"primary inner tensor's {ctx.dtype}, but {cls.__kit_spec__.qualname}.to_plain() "
+            f"computes in {got}: ops on the wrapper would compute in {ctx.dtype} and truncate. Pass "
+            f"dtype={got} (the dtype the tensor stands for), or set __default_dtype__ = {got} "
+            "in the class body.",
+            OuterDtypeWarning,
+            stacklevel=4,
+        )
 
 
 def _check_dtype(qual: str, f: InnerField, t: torch.Tensor) -> None:
@@ -330,4 +406,82 @@ def _check_device_arg(qual: str, device, primary):
             f"{device!r} ({e}). Leave it out to use the primary inner tensor's device "
             f"({primary.device})."
         ) from None
-    return dev
+    have = primary.device
+    if dev.type != have.type or (dev.index is not None and have.index is not None and dev.index != have.index):
+        # The wrapper would claim one device while every op runs on its inner tensors'.
+        raise OuterArgumentError(
+            f"{qual}: device= {str(dev)!r} differs from the device of the inner tensors "
+            f"({have}); the outer tensor must be where its inner tensors are. Move them "
+            f"first (x.to({str(dev)!r}) on each inner tensor), or leave device= out."
+        )
+    return have
+
+
+# ---- saved parts (torch.load) ---------------------------------------------------------------
+# A checkpoint is data, not code the author wrote: ``rebuild`` must not trust it any more than
+# ``construct`` trusts its arguments. The same rules, applied to the parts a pickle carries.
+
+
+def check_parts(cls, inners, ctx, size, stride) -> None:
+    """Apply construction's checks to the parts of a saved wrapper, or raise the same errors.
+
+    Checked: the ctx is a ``SubclassCtx`` of ``cls`` (its owner, meta names, dtype, present
+    inners), the inner tensors are tensors of the declared dtypes on one device, every meta
+    value passes its annotation, hashability and ``meta(check=...)``, the outer size and
+    stride are valid, and the inner shapes fit ``__inner_shapes__`` for the outer size.
+    """
+    spec = cls.__kit_spec__
+    qual = spec.qualname
+    if type(ctx) is not SubclassCtx or len(ctx) != 5:
+        raise ConstructionError(
+            f"{qual}: the saved ctx is a {type(ctx).__name__}, not a SubclassCtx of {qual}."
+        )
+    owner, names, values, dtype, present = tuple(ctx)
+    if owner != qual:
+        raise ConstructionError(
+            f"{qual}: the saved ctx belongs to {owner!r}, not to {qual}; a ctx of another class "
+            "describes other fields."
+        )
+    if type(names) is not tuple or names != spec.meta_names or type(values) is not tuple \
+            or len(values) != len(names):
+        raise ConstructionError(
+            f"{qual}: the saved ctx names the meta fields {names!r} with {len(values) if isinstance(values, tuple) else values!r} "
+            f"values, but {qual} declares {list(spec.meta_names)}."
+        )
+    if not isinstance(dtype, torch.dtype):
+        raise OuterArgumentError(f"{qual}: the saved outer dtype is {dtype!r}, not a torch.dtype.")
+    required = [f.name for f in spec.inner if not f.optional]
+    if (type(present) is not tuple or any(n not in spec.inner_names for n in present)
+            or any(n not in present for n in required)):
+        raise ConstructionError(
+            f"{qual}: the saved ctx lists the inner tensors {present!r}, but {qual} has "
+            f"{list(spec.inner_names)} (required: {required})."
+        )
+    if not isinstance(inners, dict) or set(inners) != set(present):
+        raise ConstructionError(
+            f"{qual}: the saved inner tensors are {sorted(inners) if isinstance(inners, dict) else inners!r} "
+            f"but its ctx lists {list(present)}."
+        )
+    tensors = []
+    for f in spec.inner:
+        t = inners.get(f.name)
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise ConstructionError(f"{qual}.{f.name} is saved as a {type(t).__name__}, not a tensor.")
+        if t is not None:
+            _check_dtype(qual, f, t)
+        tensors.append(t)
+    primary = tensors[0]
+    for f, t in zip(spec.inner, tensors):
+        if t is not None and t.device != primary.device:
+            raise ConstructionError(
+                f"{qual}.{f.name} is on {t.device} but the primary inner tensor {spec.primary!r} "
+                f"is on {primary.device}."
+            )
+    for f, v in zip(spec.meta, values):
+        if not isinstance(v, torch.Tensor):
+            check_meta_type(qual, f, v, where="the saved value")
+        check_meta_value(qual, f.name, v, where="the saved value")
+        check_meta_rule(qual, f, v, where="the saved value")
+    size = _check_size(qual, size)
+    _check_stride(qual, stride, size, primary)
+    _check_inner_shapes(cls, spec, tensors, size, ctx)

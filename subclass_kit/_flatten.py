@@ -20,7 +20,8 @@ import copy
 import torch
 
 from . import _compat
-from ._construct import contiguous_strides
+from ._construct import check_parts, contiguous_strides
+from .errors import CheckpointError, SubclassKitError
 from .ctx import _PRESENT, SubclassCtx
 
 _SymInt = torch.SymInt
@@ -136,7 +137,28 @@ def stable_hash(self) -> str:
 
 
 def rebuild(cls, inners: dict, ctx, size, stride, requires_grad, is_param=False):
-    """Inverse of ``reduce_ex``; also the function ``torch.load(weights_only=True)`` must allow."""
+    """Inverse of ``reduce_ex``; also the function ``torch.load(weights_only=True)`` must allow.
+
+    The parts come from a file, so they get construction's checks first (``check_parts``):
+    a forged or corrupt checkpoint raises ``CheckpointError`` here, not later in an op.
+    """
+    if not (isinstance(cls, type) and "__kit_spec__" in getattr(cls, "__dict__", {})
+            and cls.__kit_spec__.inner):
+        raise CheckpointError(
+            f"rebuild() was asked to build {cls!r}, which is not a WrapperTensor subclass with "
+            "inner tensors; the checkpoint is not one the kit wrote."
+        )
+    try:
+        check_parts(cls, inners, ctx, size, stride)
+    except SubclassKitError as e:
+        raise CheckpointError(
+            f"a saved {cls.__kit_spec__.qualname} fails the checks its construction applies: "
+            f"{e} The checkpoint is corrupt or was not written by this class."
+        ) from e
+    return _rebuild(cls, inners, ctx, size, stride, requires_grad, is_param)
+
+
+def _rebuild(cls, inners: dict, ctx, size, stride, requires_grad, is_param=False):
     out = tensor_unflatten(cls, inners, ctx, torch.Size(size), tuple(stride))
     if is_param:
         # nn.Parameter(wrapper) keeps the wrapper's type and sets _is_param; keep that too.
@@ -168,7 +190,7 @@ def deepcopy(self, memo):
         return memo[id(self)]
     d = self.__dict__
     inners = {n: copy.deepcopy(d[n], memo) for n in self._kit_ctx.present}
-    out = rebuild(
+    out = _rebuild(  # our own parts: no need to check them again
         type(self),
         inners,
         self._kit_ctx,

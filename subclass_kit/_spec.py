@@ -18,10 +18,10 @@ from typing import Any
 import torch
 
 from .ctx import RESERVED
-from .errors import FieldDeclarationError, MetaTypeError
+from .errors import FieldDeclarationError, MetaTypeError, MetaValueError
 from .fields import MISSING, InnerField, MetaField, StateField
 
-__all__ = ["ClassSpec", "build_spec", "check_meta_value", "check_meta_type", "meta_type_test"]
+__all__ = ["ClassSpec", "build_spec", "check_meta_value", "check_meta_type", "check_meta_rule", "meta_type_test"]
 
 # Keyword arguments of the constructor that describe the outer tensor.
 OUTER_KWARGS = ("size", "stride", "dtype", "device", "requires_grad")
@@ -151,6 +151,9 @@ def build_spec(cls: type, parent: ClassSpec | None, *, abstract: bool) -> ClassS
                     f"({', '.join(sorted(RESERVED))}); rename the meta field."
                 )
             if spec.default is not MISSING:
+                if not isinstance(spec.default, torch.Tensor):
+                    check_meta_type(qual, MetaField(name=name, annotation=annotations[name], home=cls.__module__),
+                                    spec.default, error=FieldDeclarationError, where="its default")
                 check_meta_value(qual, name, spec.default, where="its default")
                 # deepcopy must give an equal value or dynamo's saved guard never matches.
                 if copy.deepcopy(spec.default) != spec.default:
@@ -160,10 +163,11 @@ def build_spec(cls: type, parent: ClassSpec | None, *, abstract: bool) -> ClassS
                         "value-based __eq__."
                     )
             spec = MetaField(
-                default=spec.default, doc=spec.doc, name=name, annotation=annotations[name], home=cls.__module__
+                default=spec.default, doc=spec.doc, name=name, annotation=annotations[name],
+                home=cls.__module__, check=spec.check,
             )
             if spec.default is not MISSING:
-                check_meta_type(qual, spec, spec.default, error=FieldDeclarationError, where="its default")
+                check_meta_rule(qual, spec, spec.default, error=FieldDeclarationError, where="its default")
         else:
             spec = InnerField(optional=spec.optional, dtype=spec.dtype, doc=spec.doc, name=name)
         fields.append(spec)
@@ -269,6 +273,9 @@ def meta_type_test(annotation: Any, home: str = "") -> tuple | None:
         return meta_type_test(typing.get_args(tp)[0])
     if isinstance(origin, type):
         return (lambda v: isinstance(v, origin)), getattr(tp, "__name__", None) or repr(tp)
+    if tp is int:
+        # bool is an Integral, but True for a count or a block size is a mistake.
+        return (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool)), "int"
     if isinstance(tp, type):
         want = _NUMERIC.get(tp, tp)
         return (lambda v: isinstance(v, want)), tp.__qualname__
@@ -292,4 +299,22 @@ def check_meta_type(owner: str, f: MetaField, value: Any, *, where: str, error: 
         f"{owner}.{f.name} is a meta field annotated {text} but {where} is {value!r} (a "
         f"{type(value).__name__}). {hint}, or change the annotation if the field is meant to "
         f"hold a {type(value).__name__}."
+    )
+
+
+def check_meta_rule(owner: str, f: MetaField, value: Any, *, where: str, error: type | None = None) -> None:
+    """Raise ``MetaValueError`` (or ``error``) if ``value`` breaks the field's ``meta(check=...)`` rule.
+
+    ``check(value)`` returns None for a valid value, else the rule in words ("a positive int").
+    """
+    if f.check is None:
+        return
+    rule = f.check(value)
+    if rule is None:
+        return
+    tn = type(value).__name__
+    shown = f"{value!r} ({'an' if tn[:1] in 'aeiou' else 'a'} {tn})"
+    raise (error or MetaValueError)(
+        f"{owner}.{f.name} must be {rule} but {where} is {shown}. Pass a valid {f.name}="
+        + (f" (the default is {f.default!r})." if f.default is not MISSING else ".")
     )

@@ -107,6 +107,10 @@ class WrapperTensor(torch.Tensor):
 
     __fallback__ = staticmethod(_dispatch.raise_unsupported)
 
+    #: The outer dtype when ``dtype=`` is left out (None: the primary inner tensor's). Set it
+    #: on a quantized class whose primary is integer: ``__default_dtype__ = torch.bfloat16``.
+    __default_dtype__: ClassVar[torch.dtype | None] = None
+
     def __init_subclass__(cls, abstract: bool = False, **kwargs):
         super().__init_subclass__(**kwargs)
         parent = next(

@@ -12,6 +12,10 @@ __all__ = [
     "SubclassOutputError",
     "FrozenFieldError",
     "MetaTypeError",
+    "MetaValueError",
+    "OuterDtypeWarning",
+    "CheckpointError",
+    "UnsafeGlobalError",
     "OuterArgumentError",
     "InnerShapesKeyError",
     "HandlerResultError",
@@ -59,6 +63,17 @@ class MetaTypeError(ConstructionError):
     """A meta value's type contradicts the field's annotation (``block="32"`` for ``int``)."""
 
 
+class MetaValueError(ConstructionError, ValueError):
+    """A meta value breaks its field's ``meta(check=...)`` rule (``block=0`` where a positive
+    int is required), at construction or in a loaded checkpoint."""
+
+
+class OuterDtypeWarning(UserWarning):
+    """``dtype=`` was left out, so the outer dtype is the primary inner tensor's integer
+    dtype, but ``to_plain()`` computes a floating tensor: the wrapper would claim an integer
+    dtype and ops on it would truncate. Pass ``dtype=`` or set ``__default_dtype__``."""
+
+
 class OuterArgumentError(ConstructionError, ValueError):
     """``size=``, ``stride=``, ``dtype=``, ``device=`` or ``requires_grad=`` is not valid for
     the outer tensor (a string dtype, a stride that does not fit the size)."""
@@ -85,3 +100,14 @@ class ToPlainError(SubclassKitError, RuntimeError):
 class LocalClassWarning(UserWarning):
     """A WrapperTensor subclass is not importable by its qualified name, so compile caches
     (AOTAutograd's, which pickles the class by name) are bypassed for it."""
+
+
+class CheckpointError(SubclassKitError, ValueError):
+    """A saved wrapper fails the checks its construction applies (inner shapes against
+    ``__inner_shapes__`` and the outer size, dtypes, devices, meta values, the ctx's class):
+    a forged or corrupt checkpoint, refused at ``torch.load``."""
+
+
+class UnsafeGlobalError(SubclassKitError, TypeError):
+    """``serialization.allow`` was asked to allow-list a global the kit cannot vouch for
+    (a class's ``__safe_globals__`` naming a function such as ``os.system``)."""

@@ -47,6 +47,8 @@ class MetaField:
     # the annotation as written (maybe a string) and the module it is resolved in.
     annotation: Any = field(default=None, compare=False, repr=False)
     home: str = field(default="", compare=False, repr=False)
+    # ``check(value) -> None | str``: None when valid, else the rule in words.
+    check: Any = field(default=None, compare=False, repr=False)
 
 
 def inner(*, optional: bool = False, dtype: Any = None, doc: str = "") -> Any:
@@ -67,17 +69,31 @@ def inner(*, optional: bool = False, dtype: Any = None, doc: str = "") -> Any:
     return InnerField(optional=optional, dtype=dtype, doc=doc)
 
 
-def meta(*, default: Any = MISSING, doc: str = "") -> Any:
+def meta(*, default: Any = MISSING, doc: str = "", check: Any = None) -> Any:
     """Declare constant metadata: hashable, picklable, tensor-free, guarded by ``==``.
+
+    Args:
+        default: the value when none is passed (checked at class definition).
+        doc: a short description.
+        check: ``check(value) -> None | str``: None for a valid value, else the rule it
+            breaks in words ("a positive int"). Applied wherever a value enters: the
+            default, construction, and ``torch.load`` (``MetaValueError``).
 
     Example:
         >>> import torch
         >>> from subclass_kit import WrapperTensor, inner, meta
         >>> class Blocked(WrapperTensor):
         ...     payload: torch.Tensor = inner()
-        ...     block: int = meta(default=32)
+        ...     block: int = meta(default=32, check=lambda v: None if v > 0 else "a positive int")
+        >>> try:
+        ...     Blocked(torch.ones(2), block=0)
+        ... except ValueError as e:
+        ...     print(type(e).__name__)
+        MetaValueError
     """
-    return MetaField(default=default, doc=doc)
+    if check is not None and not callable(check):
+        raise TypeError(f"meta(check=...) takes a callable value -> None | str, got {check!r}.")
+    return MetaField(default=default, doc=doc, check=check)
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ __all__ = [
     "MARK_ATTRS",
     "ATTR_OF_KIND",
     "bound",
+    "torch_rule",
+    "install_mirror_hook",
 ]
 
 # Attributes torch's marking functions leave on a tensor (torch/_dynamo/decorators.py), in
@@ -80,6 +82,49 @@ def torch_mark(t: torch.Tensor, kind: DimKind, dims: Any, *, min: int | None = N
         fn(t, dims, min=min, max=max)
     else:
         fn(t, dims)
+
+
+# ---- torch's own marking functions on a class that declares __inner_shapes__ --------------
+# torch._dynamo.mark_dynamic / maybe_mark_dynamic / mark_static on a wrapper subclass first
+# call ``_apply_func_to_inner_tensors_of_same_dim`` (torch/_dynamo/decorators.py), which
+# mirrors the mark onto every inner tensor of the outer's rank, range included, and skips
+# the others. For a class that says how its inner shapes follow from the outer one, that
+# rule is wrong (a (3, 1) scale gets the rows' range; a flat NF4 payload gets nothing), so
+# the mirror is routed through a hook that derives the inner marks instead. Classes without
+# ``__inner_shapes__`` keep torch's rule, and ``torch_rule()`` restores it on demand (what
+# ``inner="same_dim"`` asks for).
+import contextlib as _contextlib
+import torch._dynamo.decorators as _decorators
+
+_TORCH_MIRROR = _decorators._apply_func_to_inner_tensors_of_same_dim
+_KIND_OF_FN = {_torch_mark_dynamic: "dynamic", _torch_maybe_mark_dynamic: "auto", _torch_mark_static: "static"}
+_torch_rule_depth = 0
+
+
+@_contextlib.contextmanager
+def torch_rule():
+    """Within this block torch's marking functions mirror marks by torch's own rule."""
+    global _torch_rule_depth
+    _torch_rule_depth += 1
+    try:
+        yield
+    finally:
+        _torch_rule_depth -= 1
+
+
+def install_mirror_hook(hook) -> None:
+    """Route torch's same-dim mirroring through ``hook(kind, t, index, min, max) -> bool``
+    (True: handled; False: torch's rule runs)."""
+
+    def mirror(func, t, *args, **kwargs):
+        kind = _KIND_OF_FN.get(func)
+        if kind is not None and not _torch_rule_depth and args:
+            if hook(kind, t, args[0], kwargs.get("min"), kwargs.get("max")):
+                return None
+        return _TORCH_MIRROR(func, t, *args, **kwargs)
+
+    mirror.__wrapped__ = _TORCH_MIRROR
+    _decorators._apply_func_to_inner_tensors_of_same_dim = mirror
 
 
 def _own_marks(t: torch.Tensor) -> dict[str, Any]:

@@ -16,10 +16,11 @@ import torch
 
 from . import _compat
 from .dims import Dim, DimKind
-from .errors import CtxPinsShapeWarning, PolicyTypeError
+from .errors import CtxPinsShapeWarning, PolicyError, PolicyTypeError, SymbolicError
 from .planning import _outer_dims, plan, resolve_dims
 from .policy import SubclassPolicy
 from .protocol import ctx_of, get_inner, inner_items, is_wrapper, where
+from .shape_relations import analyze, size_symbol
 from .source_types import ROOT, InnerSource, Source
 
 _log = logging.getLogger(__name__)
@@ -65,10 +66,12 @@ def mark_dynamic(t: torch.Tensor, dims: Any, *, min: int | None = None, max: int
         {0}
     """
     if inner == "same_dim" and isinstance(t, torch.Tensor):
-        # Literally torch's function, so that "same_dim" stays whatever torch does.
+        # Literally torch's function and torch's mirroring rule, so that "same_dim" stays
+        # whatever torch does (torch's function alone now derives, see _mirror below).
         outer = _outer_dims(t, dims, min, max, ROOT)
-        for d, dim in outer.items():
-            _compat.torch_mark(t, dim.kind, d, min=dim.min, max=dim.max)
+        with _compat.torch_rule():
+            for d, dim in outer.items():
+                _compat.torch_mark(t, dim.kind, d, min=dim.min, max=dim.max)
         return plan(t, outer, inner="same_dim")
     policy = plan(t, dims, min=min, max=max, inner=inner)
     _log.debug("mark_dynamic(%s, %r, inner=%r): applying %r", type(t).__name__, dims, inner, policy)
@@ -102,7 +105,7 @@ def _shapes_in(v, path: str, out: list, depth: int = 0) -> None:
             _shapes_in(x, p, out, depth + 1)
 
 
-def _warn_ctx_pins(t: torch.Tensor, outer) -> None:
+def _warn_ctx_pins(t: torch.Tensor, outer, stacklevel: int = 3) -> None:
     # A class with __metadata_guard__ (or DTensor, whose spec is compared with shapes
     # skipped) decides itself what in its ctx must match: nothing to judge here.
     if not is_wrapper(t) or hasattr(type(t), "__metadata_guard__") or _compat.is_dtensor(t):
@@ -114,25 +117,79 @@ def _warn_ctx_pins(t: torch.Tensor, outer) -> None:
         ctx = ctx_of(t)
     except Exception:
         return
+    strict = any(outer[d].kind is DimKind.DYNAMIC for d in asked)
+    fix = ("mark it Dim.auto() (maybe_mark_dynamic) to get one graph per size without an error, "
+           if strict else "expect one graph per size; ")
     found: list = []
     _shapes_in(ctx, "ctx", found)
     shape = tuple(t.shape)
     pins = [(p, v) for p, v in found if v == shape]
-    if not pins:
-        return
-    path, v = pins[0]
-    strict = any(outer[d].kind is DimKind.DYNAMIC for d in asked)
-    fix = ("mark it Dim.auto() (maybe_mark_dynamic) to get one graph per size without an error, "
-           if strict else "expect one graph per size; ")
+    if pins:
+        path, v = pins[0]
+        what = f"stores its shape in its flatten ctx ({path} = {v})"
+        keep = ("keep sizes out of the ctx (read them from the inner tensors or the outer_size "
+                "that __tensor_unflatten__ receives)")
+    else:
+        pinned = _meta_pins(t, ctx, asked)
+        if pinned is None:
+            return
+        what = (f"takes every inner size from its meta ({pinned}), not from the outer size: "
+                f"{type(t).__name__}.__inner_shapes__ ties no inner dim to dim(s) {asked}")
+        keep = ("compute the inner shapes from outer_size in __inner_shapes__ and drop the size "
+                "from the meta (symbolic.floor_div / ceil_div on outer_size)")
     warnings.warn(
-        f"{type(t).__name__} stores its shape in its flatten ctx ({path} = {v}), so dim(s) "
-        f"{asked} cannot be dynamic: dynamo compares the ctx with == on every call and "
-        f"recompiles for each new size{' (and when __tensor_unflatten__ builds the wrapper from that stored shape, the strict mark raises ConstraintViolationError)' if strict else ''}. "
-        f"Fix: {fix}or keep sizes out of the ctx (read them from the inner tensors or the "
-        "outer_size that __tensor_unflatten__ receives).",
+        f"{type(t).__name__} {what}, so dim(s) {asked} cannot be dynamic: dynamo compares the "
+        f"ctx with == on every call and recompiles for each new size"
+        f"{' (and when the code ties the outer size to the inner sizes, the strict mark raises ConstraintViolationError)' if strict else ''}. "
+        f"Fix: {fix}or {keep}.",
         CtxPinsShapeWarning,
-        stacklevel=3,
+        stacklevel=stacklevel,
     )
+
+
+def _meta_pins(t: torch.Tensor, ctx: Any, asked: list) -> str | None:
+    """``"ctx.n_blocks = 512"`` when a class's ``__inner_shapes__`` makes every inner size a
+    constant of the ctx (none follows the marked outer dims), naming the meta fields it
+    reads; None when some inner size follows the outer size, or is free.
+
+    A field is named when changing it changes the inner shapes; that needs a ctx that can
+    be copied with one value replaced (``ctx.replace(**{name: value})`` over
+    ``ctx.fields``, as the kit's ctx offers). Other ctxs get the warning without a name.
+    """
+    if not callable(getattr(type(t), "__inner_shapes__", None)):
+        return None
+    try:
+        infos = analyze(t)
+    except SymbolicError:
+        return None
+    roots = {size_symbol("", d) for d in asked}
+    children = [i for i in infos[1:] if i.source.base == ROOT and not is_wrapper(i.tensor)]
+    if not children:
+        return None
+    for info in children:
+        for j in range(info.tensor.dim()):
+            if not info.related(j) or info.exprs[j].free_symbols & roots:
+                return None
+    names = []
+    fields = getattr(ctx, "fields", None)
+    replace = getattr(ctx, "replace", None)
+    if isinstance(fields, tuple) and callable(replace):
+        cls = type(t)
+        size = tuple(t.shape)
+        try:
+            base = dict(cls.__inner_shapes__(size, ctx))
+        except Exception:
+            base = None
+        for name, value in fields:
+            if base is None or isinstance(value, bool) or not isinstance(value, int):
+                continue
+            try:
+                moved = dict(cls.__inner_shapes__(size, replace(**{name: value * 2 + 1})))
+            except Exception:
+                continue
+            if moved != base:
+                names.append(f"ctx.{name} = {value}")
+    return ", ".join(names) if names else "a value in the ctx"
 
 
 @_compat.forbid_in_graph
@@ -223,3 +280,28 @@ def marks(t: torch.Tensor) -> SubclassPolicy:
             if m:
                 inner[name] = dict(m)
     return SubclassPolicy(own, inner)
+
+
+def _mirror(kind: str, t: torch.Tensor, index: Any, min: int | None, max: int | None) -> bool:
+    """What ``torch._dynamo.mark_dynamic(t, index)`` (or ``maybe_mark_dynamic``,
+    ``mark_static``) does to the inner tensors of a class with ``__inner_shapes__``: the
+    derived policy, as ``symbolic.mark_dynamic`` applies it. torch sets the outer marks
+    itself right after. A policy that cannot compile raises ``PolicyError`` here, before
+    anything is marked."""
+    if not is_wrapper(t) or not callable(getattr(type(t), "__inner_shapes__", None)):
+        return False
+    dims = list(index) if isinstance(index, (list, tuple)) else [index]
+    if not dims:
+        return True
+    try:
+        default = Dim(kind, min, max) if kind == "dynamic" else Dim(kind)
+    except (PolicyError, PolicyTypeError) as e:
+        raise type(e)(f"x: {e}") from None
+    policy = plan(t, {d: default for d in dims})
+    _log.debug("torch.%s on %s: inner marks derived: %r", kind, type(t).__name__, policy)
+    _warn_ctx_pins(t, policy.outer, stacklevel=5)
+    apply(t, SubclassPolicy({}, policy.inner))
+    return True
+
+
+_compat.install_mirror_hook(_mirror)

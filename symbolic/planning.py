@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import sympy
 import torch
 
 from .dims import Dim, DimKind
@@ -161,6 +162,8 @@ def _derive_dim(info: TensorShape, j: int, outer: dict[int, Dim], root: TensorSh
         return best if len(kinds) == len(free) else None
     if best.kind is DimKind.AUTO:
         return best
+    if _small_on_instance(info, j, expr, kinds, outer, root_dims):
+        return Dim.static()
     if expr.is_Symbol:
         return outer[root_dims[expr]]
     if all(d.min is None and d.max is None for d in kinds if d.kind is DimKind.DYNAMIC):
@@ -170,7 +173,11 @@ def _derive_dim(info: TensorShape, j: int, outer: dict[int, Dim], root: TensorSh
         d = outer.get(root_dims[s]) if s in root_dims else None
         if d is not None and d.kind is DimKind.DYNAMIC:
             ranges[s] = (d.min, d.max)
-        elif d is not None and d.kind is DimKind.STATIC and type(root.tensor.size(root_dims[s])) is int:
+        elif (d is None or d.kind is DimKind.STATIC) and s in root_dims \
+                and type(root.tensor.size(root_dims[s])) is int:
+            # An outer dim not marked dynamic keeps its size in the graph this policy is
+            # for (static, or unmarked: static on the first compile), so the range of a
+            # product like s0*s1 takes s1's value rather than [0, inf].
             v = root.tensor.size(root_dims[s])
             ranges[s] = (v, v)
         else:
@@ -200,6 +207,37 @@ def _derive_dim(info: TensorShape, j: int, outer: dict[int, Dim], root: TensorSh
     any_min = any(d.min is not None for d in kinds if d.kind is DimKind.DYNAMIC)
     any_max = any(d.max is not None for d in kinds if d.kind is DimKind.DYNAMIC)
     return Dim.dynamic(min=lo if any_min else None, max=hi if any_max else None)
+
+
+def _small_on_instance(info: TensorShape, j: int, expr, kinds, outer, root_dims) -> bool:
+    """True when a derived inner size is 0 or 1 on this instance under a strict mark: it
+    stays static (dynamo specializes sizes 0 and 1 whatever the mark says). Raises
+    ``PolicyError`` when that static size pins the outer dim it derives from.
+
+    ``ceiling(s0/32) == 1`` leaves a range of rows (1..32): one graph serves them, and a
+    larger instance recompiles once. ``floor(s0*s1/16384) == 1`` comes from a layout of whole
+    blocks (``floor_div``: the size is an exact multiple), so it leaves one size: dynamo
+    would specialize the marked outer dim and fail with ConstraintViolationError while
+    compiling. Say so now, naming the inner size and the outer dims it ties.
+    """
+    if not any(d.kind is DimKind.DYNAMIC for d in kinds) or expr.is_Symbol:
+        return False
+    v = info.tensor.size(j)
+    if type(v) is not int or v >= 2:
+        return False
+    if not expr.has(sympy.floor):
+        return True
+    here = info.source.render("x")
+    tied = sorted(root_dims[s] for s in expr.free_symbols if s in root_dims and root_dims[s] in outer
+                  and outer[root_dims[s]].kind is DimKind.DYNAMIC)
+    raise PolicyError(
+        f"{here}.size({j}) = {expr} is {v} on this instance, and dynamo specializes sizes 0 and "
+        f"1: that size becomes a constant, and with whole blocks (floor_div) it fixes outer "
+        f"dim(s) {tied}, which are marked dynamic, to this one size, so compiling would fail "
+        f"(ConstraintViolationError). Mark an instance on which {expr} >= 2, or mark dim(s) "
+        f"{tied} with Dim.auto() (maybe_mark_dynamic): the first size then compiles specialized "
+        "and later sizes share one graph."
+    )
 
 
 def _derived(infos: list[TensorShape], outer: dict[int, Dim], overrides: dict) -> SubclassPolicy:

@@ -221,8 +221,11 @@ def _analyze(t, src, symbols, exprs, values, out) -> None:
                         f"says {shape[j]} = {want} for the outer size {tuple(t.shape)}. Fix the "
                         "instance or __inner_shapes__."
                     )
-        elif _compat.is_njt_class(cls):
-            iexprs = syms  # the seqlen tensors: sizes of their own
+        elif shapes is not None:
+            # Left out of __inner_shapes__ (or NestedTensor's seqlen tensors): a shape of
+            # its own, as dynamo treats any inner tensor; nothing is inferred from sizes
+            # that happen to be equal.
+            iexprs = syms
         else:
             # No declared relation: only the "same size at the same index" ones are safe to infer.
             iexprs = tuple(

@@ -13,6 +13,11 @@ from ..fields import inner, meta
 __all__ = ["BlockScaled"]
 
 
+def _positive(block: int) -> str | None:
+    # The type (an int, not a bool) is checked by the annotation; the rule here is the range.
+    return None if block > 0 else "a positive int (rows per scale)"
+
+
 class BlockScaled(WrapperTensor):
     """int8 data with one float scale per block of ``block`` rows.
 
@@ -29,7 +34,7 @@ class BlockScaled(WrapperTensor):
 
     qdata: torch.Tensor = inner(dtype=torch.int8)
     scale: torch.Tensor = inner(dtype=(torch.float32, torch.bfloat16, torch.float16))
-    block: int = meta(default=32, doc="rows per scale")
+    block: int = meta(default=32, doc="rows per scale", check=_positive)
 
     __fallback__ = fallbacks.to_plain
 

@@ -52,7 +52,20 @@ class MeshRef:
 
     @classmethod
     def local(cls, device_type: str = "cpu") -> "MeshRef":
-        """A one-rank mesh that needs no process group (``__samples__`` use it)."""
+        """A one-rank mesh that needs no process group (``__samples__`` use it).
+
+        Raises:
+            MeshError: ``device_type`` is not a torch device type (``"cpu"``, ``"cuda"``, ...).
+        """
+        try:
+            ok = isinstance(device_type, str) and torch.device(device_type).type == device_type
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise MeshError(
+                f"MeshRef.local({device_type!r}): device_type must be a torch device type "
+                "without an index, such as 'cpu' or 'cuda' (what DeviceMesh takes)."
+            )
         return cls(device_type, (1,), (0,), None, (LOCAL_GROUP,))
 
     @property

@@ -68,18 +68,20 @@ def test_min_max_flow_through_the_relation_to_the_scale():
     assert (int(qdata_range.lower), int(qdata_range.upper)) == (64, 320)
 
 
-def test_contrast_torch_mark_dynamic_puts_the_rows_range_on_the_scale():
-    # torch mirrors the outer mark onto every same-rank inner, range included: the scale's
-    # 2 rows are "not in range [64, 320]" and nothing compiles.
+def test_contrast_torch_rule_puts_the_rows_range_on_the_scale():
+    # torch's rule mirrors the outer mark onto every same-rank inner, range included: the
+    # scale's 2 rows are "not in range [64, 320]" and nothing compiles.
     with pytest.raises(ConstraintViolationError, match=r"2 not in range \[64, 320\]"):
-        sweep("aot_eager", lambda x: torch._dynamo.mark_dynamic(x, 0, min=64, max=320))
+        with symbolic._compat.torch_rule():
+            sweep("aot_eager", lambda x: torch._dynamo.mark_dynamic(x, 0, min=64, max=320))
     # inner="same_dim" is torch's rule, so it fails the same way.
     torch._dynamo.reset()
     with pytest.raises(ConstraintViolationError, match=r"2 not in range \[64, 320\]"):
         sweep("aot_eager", lambda x: symbolic.mark_dynamic(x, 0, min=64, max=320, inner="same_dim"))
-    # Without a range torch's mirror happens to be right for BlockScaled's 2-D scale (its
-    # dim 0 is dynamic either way): one compile. The failures need a range, an inner of
-    # another rank, or a nested wrapper (below).
+    # torch's own function on a class with __inner_shapes__ derives instead (issue 23): one
+    # compile, with or without a range.
+    torch._dynamo.reset()
+    assert sweep("aot_eager", lambda x: torch._dynamo.mark_dynamic(x, 0, min=64, max=320)).frame_count == 1
     torch._dynamo.reset()
     assert sweep("aot_eager", lambda x: torch._dynamo.mark_dynamic(x, 0)).frame_count == 1
 
@@ -144,13 +146,15 @@ def test_derived_covers_a_lower_rank_inner_without_inner_shapes():
 def test_same_dim_reproduces_torch_exactly(kwargs):
     ours, theirs = block_scaled(64), block_scaled(64)
     symbolic.mark_dynamic(ours, [0, 1], inner="same_dim", **kwargs)
-    torch._dynamo.mark_dynamic(theirs, [0, 1], **kwargs)
+    with symbolic._compat.torch_rule():  # torch's rule (its function alone now derives)
+        torch._dynamo.mark_dynamic(theirs, [0, 1], **kwargs)
     assert symbolic.marks(ours) == symbolic.marks(theirs)
     assert symbolic.marks(ours).inner["scale"] == {0: Dim.dynamic(**kwargs), 1: Dim.dynamic(**kwargs)}
     # Nested: torch recurses into inner wrappers; so does same_dim.
     a, b = TwoTensor(block_scaled(64), block_scaled(64)), TwoTensor(block_scaled(64), block_scaled(64))
     symbolic.mark_dynamic(a, 0, inner="same_dim")
-    torch._dynamo.mark_dynamic(b, 0)
+    with symbolic._compat.torch_rule():
+        torch._dynamo.mark_dynamic(b, 0)
     assert symbolic.marks(a) == symbolic.marks(b)
 
 
@@ -268,9 +272,14 @@ def test_nested_derived_plan_is_the_recursive_policy():
     assert symbolic.marks(x).inner["a"].inner == SubclassPolicy(inner=LEAF).inner
 
 
-def test_contrast_torch_mark_dynamic_on_nested_subclass_fails():
+def test_contrast_torch_rule_on_nested_subclass_fails():
     with pytest.raises(ConstraintViolationError, match=r"L\['x'\]\.a\.size\(\)\[0\]"):
-        sweep("aot_eager", lambda x: torch._dynamo.mark_dynamic(x, 0), rows=[16, 24], make=nested, fn=nested_fn)
+        with symbolic._compat.torch_rule():
+            sweep("aot_eager", lambda x: torch._dynamo.mark_dynamic(x, 0), rows=[16, 24], make=nested, fn=nested_fn)
+    # torch's own function on the kit's classes derives the nested policy: one compile.
+    torch._dynamo.reset()
+    cnt = sweep("aot_eager", lambda x: torch._dynamo.mark_dynamic(x, 0), rows=[16, 24, 40], make=nested, fn=nested_fn)
+    assert cnt.frame_count == 1
 
 
 @pytest.mark.slow
