@@ -94,9 +94,12 @@ def torch_mark(t: torch.Tensor, kind: DimKind, dims: Any, *, min: int | None = N
 # ``__inner_shapes__`` keep torch's rule, and ``torch_rule()`` restores it on demand (what
 # ``inner="same_dim"`` asks for).
 import contextlib as _contextlib
+import functools
 import torch._dynamo.decorators as _decorators
 
 _TORCH_MIRROR = _decorators._apply_func_to_inner_tensors_of_same_dim
+# torch's marking function -> the DimKind value it sets (a plain string here: _compat
+# knows torch, not symbolic's vocabulary; the hook turns it into a DimKind).
 _KIND_OF_FN = {_torch_mark_dynamic: "dynamic", _torch_maybe_mark_dynamic: "auto", _torch_mark_static: "static"}
 _torch_rule_depth = 0
 
@@ -123,7 +126,7 @@ def install_mirror_hook(hook) -> None:
                 return None
         return _TORCH_MIRROR(func, t, *args, **kwargs)
 
-    mirror.__wrapped__ = _TORCH_MIRROR
+    functools.update_wrapper(mirror, _TORCH_MIRROR)
     _decorators._apply_func_to_inner_tensors_of_same_dim = mirror
 
 

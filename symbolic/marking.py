@@ -163,7 +163,8 @@ def _meta_pins(t: torch.Tensor, ctx: Any, asked: list) -> str | None:
     except SymbolicError:
         return None
     roots = {size_symbol("", d) for d in asked}
-    children = [i for i in infos[1:] if i.source.base == ROOT and not is_wrapper(i.tensor)]
+    children = [i for i in infos[1:]
+                if isinstance(i.source, InnerSource) and i.source.base == ROOT and not is_wrapper(i.tensor)]
     if not children:
         return None
     for info in children:
@@ -174,7 +175,7 @@ def _meta_pins(t: torch.Tensor, ctx: Any, asked: list) -> str | None:
     fields = getattr(ctx, "fields", None)
     replace = getattr(ctx, "replace", None)
     if isinstance(fields, tuple) and callable(replace):
-        cls = type(t)
+        cls: Any = type(t)
         size = tuple(t.shape)
         try:
             base = dict(cls.__inner_shapes__(size, ctx))
@@ -282,7 +283,7 @@ def marks(t: torch.Tensor) -> SubclassPolicy:
     return SubclassPolicy(own, inner)
 
 
-def _mirror(kind: str, t: torch.Tensor, index: Any, min: int | None, max: int | None) -> bool:
+def _mirror(kind: DimKind, t: torch.Tensor, index: Any, min: int | None, max: int | None) -> bool:
     """What ``torch._dynamo.mark_dynamic(t, index)`` (or ``maybe_mark_dynamic``,
     ``mark_static``) does to the inner tensors of a class with ``__inner_shapes__``: the
     derived policy, as ``symbolic.mark_dynamic`` applies it. torch sets the outer marks
@@ -290,11 +291,12 @@ def _mirror(kind: str, t: torch.Tensor, index: Any, min: int | None, max: int | 
     anything is marked."""
     if not is_wrapper(t) or not callable(getattr(type(t), "__inner_shapes__", None)):
         return False
+    kind = DimKind(kind)
     dims = list(index) if isinstance(index, (list, tuple)) else [index]
     if not dims:
         return True
     try:
-        default = Dim(kind, min, max) if kind == "dynamic" else Dim(kind)
+        default = Dim(kind, min, max) if kind is DimKind.DYNAMIC else Dim(kind)
     except (PolicyError, PolicyTypeError) as e:
         raise type(e)(f"x: {e}") from None
     policy = plan(t, {d: default for d in dims})
