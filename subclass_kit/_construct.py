@@ -233,14 +233,10 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
     present = tuple(f.name for f, t in zip(spec.inner, inners) if t is not None)
     ctx = SubclassCtx.make(qual, spec.meta_names, tuple(meta_values), dtype, present)
     _check_inner_shapes(cls, spec, inners, size, ctx)
-    if not dtype_given and not (dtype.is_floating_point or dtype.is_complex) and "to_plain" in _all_dicts(cls):
+    if not dtype_given and not (dtype.is_floating_point or dtype.is_complex) and hasattr(cls, "to_plain"):
         _check_outer_dtype(cls, tuple(inners), ctx, size, stride)
     return kit.make(tuple(inners), ctx, size, tuple(stride), offset, requires_grad,
                     device=None if device == primary.device else device)
-
-
-def _all_dicts(cls) -> set:
-    return {k for c in cls.__mro__ if c is not torch.Tensor and c is not object for k in vars(c)}
 
 
 # class -> {ctx: the floating dtype its to_plain computes in, or None}; weak, so a class

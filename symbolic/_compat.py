@@ -98,9 +98,7 @@ import functools
 import torch._dynamo.decorators as _decorators
 
 _TORCH_MIRROR = _decorators._apply_func_to_inner_tensors_of_same_dim
-# torch's marking function -> the DimKind value it sets (a plain string here: _compat
-# knows torch, not symbolic's vocabulary; the hook turns it into a DimKind).
-_KIND_OF_FN = {_torch_mark_dynamic: "dynamic", _torch_maybe_mark_dynamic: "auto", _torch_mark_static: "static"}
+_KIND_OF_FN = {fn: kind for kind, fn in _TORCH_FN.items()}
 _torch_rule_depth = 0
 
 
