@@ -26,7 +26,6 @@ from ._common import (
     fast_plan,
     global_meta,
     move,
-    on_locals,
     planned,
     spec_of,
     wrap_out,
@@ -131,13 +130,17 @@ def _along_decide(func, args, kwargs):
     out_pl = tuple(Shard(p.dim - sum(d < p.dim for d in gone)) if p.is_shard() else p for p in target)
     meta = global_meta(func, args, kwargs)
     fast = None
-    if target == cur and not kwargs and not any(isinstance(a, torch.Tensor) or type(a) in _SEQ and any(
-            isinstance(b, torch.Tensor) for b in a) for a in args[1:]):
+    if target == cur and not any(isinstance(a, torch.Tensor) or type(a) in _SEQ and any(
+            isinstance(b, torch.Tensor) for b in a) for a in (*args[1:], *kwargs.values())):
         # Nothing moves and the other arguments are numbers or dims: the op on the local and
-        # the result built from what the plan knows (as the pointwise fast path).
+        # the result built from what the plan knows (as the pointwise fast path). The plan's
+        # key pins the keyword arguments (var's correction=, keepdim=), so they pass as given.
         fast = fast_plan(func, meta, mesh, out_pl, coord)
         if fast is not None:
-            fast = on_locals(*fast, args)
+            op, make = fast
+
+            def fast(args, kwargs, op=op, make=make):
+                return make(op(args[0].local, *args[1:], **kwargs))
     return meta, target, out_pl, mesh, coord, fast
 
 
@@ -164,7 +167,7 @@ def along_dims(func, types, args, kwargs):
     """Gather the shards on the dims the op works along; keep the others."""
     meta, target, out_pl, mesh, coord, fast = _along_plan(func, args, kwargs)
     if fast is not None:
-        return fast(args)
+        return fast(args, kwargs)
     rep = (Replicate(),) * len(target)
     rest = [_whole(a, rep) for a in args[1:]]
     res = func(move(args[0], target), *rest, **{k: _whole(v, rep) for k, v in kwargs.items()})
