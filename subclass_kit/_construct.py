@@ -149,7 +149,7 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
             raise ConstructionError(f"{qual} got multiple values for field {k!r}.")
         values[k] = v
 
-    inners = []
+    inners: list[torch.Tensor | None] = []
     for f in spec.inner:
         t = values.get(f.name, MISSING)
         if t is MISSING or t is None:
@@ -170,6 +170,7 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
         inners.append(t)
 
     primary = inners[0]
+    assert primary is not None  # the spec refuses an optional primary at class creation
     for f, t in zip(spec.inner, inners):
         if t is not None and t.device != primary.device:
             raise ConstructionError(

@@ -80,7 +80,8 @@ class KitClass:
 
     def inner_shapes_are_outer(self) -> bool:
         """True when the class keeps the default ``__inner_shapes__`` (every inner is outer-shaped)."""
-        return self.cls.__inner_shapes__.__func__ is self.default_inner_shapes
+        shapes: Any = getattr(self.cls, "__inner_shapes__")  # a bound classmethod
+        return getattr(shapes, "__func__", None) is self.default_inner_shapes
 
     def __repr__(self) -> str:
         return f"<KitClass of {self.spec.qualname}>"
@@ -175,7 +176,6 @@ def build_make(cls: type, names: tuple, state_names: frozenset) -> Callable:
                 maybe_record(r, inners, size, stride, offset)  # see the one-inner variant
             return r
 
-    make.kit_generated = True
     make.__name__ = "make"
     make.__qualname__ = f"{qual}.make"
     make.__doc__ = build_make.__doc__

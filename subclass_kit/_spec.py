@@ -262,9 +262,10 @@ def meta_type_test(annotation: Any, home: str = "") -> tuple | None:
         return (lambda v: v is None), "None"
     origin = typing.get_origin(tp)
     if origin is typing.Union or origin is types.UnionType:
-        parts = [meta_type_test(a) for a in typing.get_args(tp)]
-        if any(p is None for p in parts):
-            return None
+        maybe = [meta_type_test(a) for a in typing.get_args(tp)]
+        parts = [p for p in maybe if p is not None]
+        if len(parts) < len(maybe):
+            return None  # one unchecked member admits anything
         return (lambda v: any(p(v) for p, _ in parts)), " | ".join(t for _, t in parts)
     if origin is typing.Literal:
         allowed = typing.get_args(tp)

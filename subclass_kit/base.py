@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import sys
 import warnings
-from typing import Any, Callable, ClassVar, dataclass_transform
+from typing import Any, Callable, ClassVar
+
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:  # torch itself depends on typing_extensions
+    from typing_extensions import dataclass_transform
 
 import torch
 
@@ -103,7 +108,7 @@ class WrapperTensor(torch.Tensor):
 
     # Subclass tensors do not take part in torch-function overrides unless they register
     # torch-level handlers (implements_torch_function installs one then).
-    __torch_function__ = _compat.disabled_torch_function_impl
+    __torch_function__ = _compat.disabled_torch_function_impl  # type: ignore[assignment]  # torch's C impl, typed loosely
 
     __fallback__ = staticmethod(_dispatch.raise_unsupported)
 
@@ -126,7 +131,7 @@ class WrapperTensor(torch.Tensor):
             if f.name in cls.__dict__ and not isinstance(cls.__dict__[f.name], property):
                 setattr(cls, f.name, _meta_property(f.name))
         if "to_plain" in cls.__dict__:
-            cls.to_plain = _pre_dispatch.exportable_to_plain(cls.__dict__["to_plain"])
+            setattr(cls, "to_plain", _pre_dispatch.exportable_to_plain(cls.__dict__["to_plain"]))
         fb = cls.__dict__.get("__fallback__")
         if fb is not None and not isinstance(fb, staticmethod):
             # A plain function in the class body would become a method; keep it plain.
@@ -171,7 +176,7 @@ class WrapperTensor(torch.Tensor):
     _stable_hash_for_caching = _flatten.stable_hash
     __reduce_ex__ = _flatten.reduce_ex
     __deepcopy__ = _flatten.deepcopy
-    __repr__ = _flatten.wrapper_repr
+    __repr__ = _flatten.wrapper_repr  # type: ignore[assignment]  # Tensor's takes tensor_contents=, unused here
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
@@ -362,10 +367,10 @@ class WrapperTensor(torch.Tensor):
         if state:
             _instance_state.check(cls, state)
         make = cls.__kit__.make
-        state = state or None
+        bound_state = state or None
 
         def build(*inners):
-            return make(inners, ctx, size, stride, offset, state=state)
+            return make(inners, ctx, size, stride, offset, state=bound_state)
 
         return build
 
@@ -439,12 +444,23 @@ class WrapperTensor(torch.Tensor):
     rewrap = _aliasing.rewrap
 
 
+def _authors_make(cls: type) -> Any:
+    """The nearest ``make`` up ``cls``'s MRO that an author wrote, or None if the nearest is generated."""
+    for base in cls.__mro__:
+        found = base.__dict__.get("make")
+        if found is None:
+            continue
+        kit = base.__dict__.get("__kit__")
+        generated = isinstance(found, staticmethod) and kit is not None and found.__func__ is kit.make
+        return None if generated else found
+    return None
+
+
 def _install_runtime(cls, spec) -> None:
     """Give ``cls`` its spec, its runtime object and its generated ``make``."""
     cls.__kit_spec__ = spec
     kit = cls.__kit__ = KitClass(cls, spec, _DEFAULT_INNER_SHAPES)
-    own = getattr(cls, "make", None)
-    if own is None or getattr(own, "kit_generated", False):
+    if _authors_make(cls) is None:
         # A class (or a parent) that defines a ``make`` of its own keeps it; the kit's is
         # then reached as ``Cls.__kit__.make``.
         cls.make = staticmethod(kit.make)

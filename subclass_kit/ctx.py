@@ -155,7 +155,7 @@ def ctx_of(x: torch.Tensor) -> "SubclassCtx":
         (32, True)
     """
     try:
-        return x._kit_ctx  # CTX_ATTR; an attribute read, which dynamo traces
+        return x._kit_ctx  # type: ignore[attr-defined]  # set by make; an attribute read, which dynamo traces
     except AttributeError:
         raise TypeError(
             f"ctx_of() takes an instance of a WrapperTensor subclass, got {type(x).__name__}."
@@ -193,11 +193,11 @@ def reader(owner: str, meta_names: tuple, names: tuple) -> Any:
             values = tuple.__getitem__(x._kit_ctx, _VALUES)
             return values[i], values[j]
     else:
-        idx = tuple(idx)
+        positions = tuple(idx)
 
         def read(x):
             values = tuple.__getitem__(x._kit_ctx, _VALUES)
-            return tuple([values[i] for i in idx])
+            return tuple([values[i] for i in positions])
 
     read.__name__ = "read_" + "_".join(names)
     read.__qualname__ = f"{owner}.ctx_reader{names!r}"

@@ -224,7 +224,7 @@ def per_op(resolve: Callable[[object], Optional[Handler]]) -> Handler:
         h = resolve(func)
         return (raise_unsupported if h is None else h)(func, types, args, kwargs)
 
-    fallback.resolve_op = resolve  # read by the dispatcher (_dispatch.resolve)
+    fallback.resolve_op = resolve  # type: ignore[attr-defined]  # read by the dispatcher (_dispatch.resolve)
     fallback.__name__ = f"per_op({getattr(resolve, '__name__', 'resolve')})"
     fallback.__qualname__ = fallback.__name__
     return fallback

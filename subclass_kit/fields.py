@@ -135,3 +135,4 @@ def state(*, default: Any = None, doc: str = "", init: bool = False) -> Any:
     if init:
         raise TypeError("state() fields are never constructor arguments; drop init=True.")
     return StateField(default=default, doc=doc)
+

@@ -32,12 +32,13 @@ def _tracing() -> bool:
 
 
 def _reduce_op(op, where: str) -> str:
+    name: str | None
     if isinstance(op, str):
         name = op.lower()
     else:
         # A torch.distributed.ReduceOp member (ReduceOp.SUM) names itself.
-        name = getattr(op, "name", None)
-        name = name.lower() if isinstance(name, str) else None
+        member = getattr(op, "name", None)
+        name = member.lower() if isinstance(member, str) else None
     if name not in _REDUCE_OPS:
         raise CollectiveArgumentError(
             f"subclass_kit.collectives.{where}: unknown reduce op {op!r}; use one of "

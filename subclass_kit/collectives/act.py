@@ -21,7 +21,8 @@ class Pending:
     _wait = staticmethod(_compat.wait_op)  # on the class: at exit module globals may be gone
 
     def __init__(self, tensor, what: str):
-        self.tensor, self.done, self.what, self.error = tensor, False, what, None
+        self.tensor, self.done, self.what = tensor, False, what
+        self.error: CollectiveError | None = None
         _LIVE.add(self)
 
     def wait(self) -> None:
