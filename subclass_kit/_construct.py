@@ -468,6 +468,10 @@ def check_parts(cls, inners, ctx, size, stride) -> None:
             _check_dtype(qual, f, t)
         tensors.append(t)
     primary = tensors[0]
+    if primary is None:
+        raise ConstructionError(
+            f"{qual} has no primary inner tensor {spec.primary!r}; every instance holds one."
+        )
     for f, t in zip(spec.inner, tensors):
         if t is not None and t.device != primary.device:
             raise ConstructionError(

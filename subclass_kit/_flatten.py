@@ -142,8 +142,8 @@ def rebuild(cls, inners: dict, ctx, size, stride, requires_grad, is_param=False)
     The parts come from a file, so they get construction's checks first (``check_parts``):
     a forged or corrupt checkpoint raises ``CheckpointError`` here, not later in an op.
     """
-    if not (isinstance(cls, type) and "__kit_spec__" in getattr(cls, "__dict__", {})
-            and cls.__kit_spec__.inner):
+    spec = getattr(cls, "__dict__", {}).get("__kit_spec__") if isinstance(cls, type) else None
+    if spec is None or not spec.inner:
         raise CheckpointError(
             f"rebuild() was asked to build {cls!r}, which is not a WrapperTensor subclass with "
             "inner tensors; the checkpoint is not one the kit wrote."
@@ -152,7 +152,7 @@ def rebuild(cls, inners: dict, ctx, size, stride, requires_grad, is_param=False)
         check_parts(cls, inners, ctx, size, stride)
     except SubclassKitError as e:
         raise CheckpointError(
-            f"a saved {cls.__kit_spec__.qualname} fails the checks its construction applies: "
+            f"a saved {spec.qualname} fails the checks its construction applies: "
             f"{e} The checkpoint is corrupt or was not written by this class."
         ) from e
     return _rebuild(cls, inners, ctx, size, stride, requires_grad, is_param)
