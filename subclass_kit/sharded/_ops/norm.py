@@ -19,7 +19,8 @@ import torch
 
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of, spec
-from ._common import TensorMeta, aten, global_meta, move, move_plain, planned, spec_of, wrap_out
+from ... import _compat
+from ._common import TensorMeta, aten, fast_plan, global_meta, move, move_plain, planned, spec_of, wrap_out
 
 __all__ = ["normalize"]
 
@@ -52,7 +53,28 @@ def _decide(func, args, kwargs):
     grads = tuple(Partial("sum") if p.is_shard() else Replicate() for p in rows)
     moves = [(i, rows) for i in (*rule.act, *rule.stat)] + [(i, whole) for i in rule.param]
     outs = tuple({"act": rows, "stat": rows, "grad": grads}[k] for k in rule.outs)
-    return global_meta(func, args, kwargs), tuple(moves), outs, mesh, coord
+    meta = global_meta(func, args, kwargs)
+    fast = None
+    if not kwargs and all(_stays(args[i], t) for i, t in moves):
+        # Nothing moves: the op on the locals, each result built from what the plan knows.
+        makes = [None if type(m) is not TensorMeta else fast_plan(func, m, mesh, pl, coord) for m, pl in zip(meta, outs)]
+        if all(mk is not None for mk, m in zip(makes, meta) if type(m) is TensorMeta):
+            fast = _runner(_compat.fast_op(func), tuple(None if mk is None else mk[1] for mk in makes))
+    return meta, tuple(moves), outs, mesh, coord, fast
+
+
+def _stays(a, target) -> bool:
+    if type(a) is ShardedTensor:
+        return placements_of(a) == target
+    return not isinstance(a, torch.Tensor) or all(p.is_replicate() for p in target)
+
+
+def _runner(op, makes):
+    def run(args):
+        res = op(*[a.local if type(a) is ShardedTensor else a for a in args])
+        return tuple(None if r is None or mk is None else mk(r) for r, mk in zip(res, makes))
+
+    return run
 
 
 _plan = planned(_decide)
@@ -61,7 +83,9 @@ _plan = planned(_decide)
 @ShardedTensor.implements(*_NORMS)
 def normalize(func, types, args, kwargs):
     """Normalize each rank's rows; see the module docstring for the rule."""
-    meta, moves, outs, mesh, coord = _plan(func, args, kwargs)
+    meta, moves, outs, mesh, coord, fast = _plan(func, args, kwargs)
+    if fast is not None:
+        return fast(args)
     new = list(args)
     for i, target in moves:
         a = args[i]
