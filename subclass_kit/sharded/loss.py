@@ -26,7 +26,7 @@ from ._comm import waited
 from .convert import from_local, redistribute, to_local
 from .errors import PlacementError
 from ._layout import chunk_size, chunk_start
-from .placements import Partial, Replicate, Shard, render
+from .placements import Partial, Placement, Replicate, Shard, render
 from .tensor import ShardedTensor
 
 __all__ = ["loss_parallel", "vocab_parallel_cross_entropy"]
@@ -108,7 +108,8 @@ def _layout(input: ShardedTensor, cdim: int) -> tuple:
             f"({len(tp)} do), placements {fix}. Produce them with ColwiseParallel(output_layouts=Shard(-1), "
             "use_local_output=False), or redistribute."
         )
-    target_pl, sum_pl = [], []
+    target_pl: list[Placement] = []
+    sum_pl: list[Placement] = []
     for i, p in enumerate(pl):
         if i == tp[0] or type(p) is Replicate:
             target_pl.append(Replicate())

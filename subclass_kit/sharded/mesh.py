@@ -217,7 +217,9 @@ def mesh_ref(mesh) -> MeshRef:
         from torch.distributed.device_mesh import DeviceMesh
 
         if isinstance(mesh, DeviceMesh):
-            return mesh._subclass_kit_mesh_ref()  # a DeviceMesh member dynamo evaluates as a constant
+            # A member the kit gives DeviceMesh (register_mesh_member, below), which dynamo
+            # evaluates as a constant.
+            return mesh._subclass_kit_mesh_ref()  # type: ignore[attr-defined]
     return _describe(mesh)
 
 

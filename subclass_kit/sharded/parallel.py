@@ -208,9 +208,12 @@ class ParallelStyle:
 class _LinearOrEmbedding(ParallelStyle):
     # Filled by the subclasses: placements of weight/bias per module kind, default layouts.
     _linear: tuple
-    _embedding: tuple
+    _embedding: Placement
     _default_in: dict
     _default_out: Placement
+    input_layouts: Any
+    output_layouts: Any
+    use_local_output: bool
 
     def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
         kind = type(self).__name__
@@ -267,7 +270,7 @@ class _LinearOrEmbedding(ParallelStyle):
 
             module.register_forward_pre_hook(pre_hook)
         else:
-            module._kit_tp = (ref, weight, coord, kind, name)
+            setattr(module, "_kit_tp", (ref, weight, coord, kind, name))  # read by the embedding class's forward
             module.__class__ = _sharded_embedding_class(type(module))
 
         def post_hook(mod, args, out):

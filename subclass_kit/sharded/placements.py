@@ -47,6 +47,10 @@ class Placement:
     def is_shard(self, dim: int | None = None) -> bool:
         return False
 
+    def shard_dim(self) -> int | None:
+        """The tensor dim this placement splits, or None (what a type checker can follow)."""
+        return None
+
     def is_replicate(self) -> bool:
         return False
 
@@ -95,6 +99,9 @@ class Shard(Placement):
 
     def is_shard(self, dim: int | None = None) -> bool:
         return dim is None or self.dim == dim
+
+    def shard_dim(self) -> int | None:
+        return self.dim
 
     def local_shape(self, shape: tuple, k: int, c: int) -> tuple:
         d = self.dim
@@ -271,13 +278,14 @@ def normalize_placements(placements: Any, mesh_ndim: int, ndim: int, *, what: st
         )
     sharded_by: dict = {}
     for i, p in enumerate(out):
-        if p.is_shard():
-            if not -ndim <= p.dim < ndim:
+        sd = p.shard_dim()
+        if sd is not None:
+            if not -ndim <= sd < ndim:
                 raise PlacementError(
                     f"{what}: placements[{i}] = {p!r} is out of range for a {ndim}-D tensor "
                     f"(valid dims are {-ndim}..{ndim - 1}). Shard a dimension the tensor has."
                 )
-            d = p.dim % ndim
+            d = sd % ndim
             if d in sharded_by:
                 raise PlacementError(
                     f"{what}: tensor dim {d} is sharded by mesh dims {sharded_by[d]} and {i} "

@@ -46,7 +46,7 @@ def _check_pairs(style, side: str) -> None:
     do not pair up (torch refuses them there too), and kwarg layouts with different keys."""
     kind = type(style).__name__
     have, want = _as_tuple(getattr(style, f"{side}_layouts")), _as_tuple(getattr(style, f"desired_{side}_layouts"))
-    if (have is None) != (want is None) or (have is not None and len(have) != len(want)):
+    if (have is None) != (want is None) or (have is not None and want is not None and len(have) != len(want)):
         raise ParallelizeError(
             f"{kind}: {side}_layouts and desired_{side}_layouts should have same length, got "
             f"{side}_layouts={_shown(have)} and desired_{side}_layouts={_shown(want)}; give one entry "

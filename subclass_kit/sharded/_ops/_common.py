@@ -16,7 +16,7 @@ import torch
 from ... import _compat
 from ...ctx import ctx_of
 from ..errors import MeshError, UnsupportedOpError
-from ..placements import Replicate, Shard, render
+from ..placements import Placement, Replicate, Shard, render
 from .._redistribute import redistribute_local
 from ..tensor import ShardedTensor, describe, out_spec, spec, wrap
 
@@ -366,11 +366,12 @@ def aligned(x_shape, out_shape, out_pl: tuple) -> tuple:
     """The placements an operand of shape ``x_shape`` needs for a broadcasting op whose
     output (``out_shape``) has ``out_pl``: Shard on the matching dim unless it broadcasts."""
     lead = len(out_shape) - len(x_shape)
-    res = []
+    res: list[Placement] = []
     for p in out_pl:
-        if p.is_shard():
-            d = p.dim - lead
-            if d < 0 or (x_shape[d] == 1 and out_shape[p.dim] != 1):
+        sd = p.shard_dim()
+        if sd is not None:
+            d = sd - lead
+            if d < 0 or (x_shape[d] == 1 and out_shape[sd] != 1):
                 res.append(Replicate())
             else:
                 res.append(Shard(d))

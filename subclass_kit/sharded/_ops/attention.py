@@ -14,7 +14,7 @@ it then decomposes (``t`` + ``addmm``/``matmul``), so the matrix rules shard it.
 
 from __future__ import annotations
 
-from ..placements import Replicate, Shard
+from ..placements import Placement, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of
 from ._common import aten, global_meta, move, move_plain, spec_of, wrap_out
 
@@ -30,7 +30,7 @@ def _choose(operands, mesh_ndim: int) -> tuple:
     out = []
     for i in range(mesh_ndim):
         have = [placements_of(x)[i] for x in operands if type(x) is ShardedTensor]
-        pick = Replicate()
+        pick: Placement = Replicate()
         for cand in (Shard(1), Shard(0)):
             if cand in have and cand not in out:
                 pick = cand

@@ -91,6 +91,7 @@ def strategy(labels, a, b, mesh_ndim: int):
             c = cost(pa[i], sa) * wa + cost(pb[i], sb) * wb
             if best is None or c < best[0]:
                 best = (c, sa, sb, so)
+        assert best is not None  # the all-Replicate row is never skipped
         _, sa, sb, so = best
         if so.is_shard():
             taken.add(so.dim)

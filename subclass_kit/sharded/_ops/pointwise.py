@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from ... import _compat
-from ..placements import Partial, Replicate, Shard
+from ..placements import Partial, Placement, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of, spec
 from .generic import TAG_RULES, computed_whole
 from ._common import TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
@@ -76,20 +76,22 @@ def _choose(func, mesh, ops, out_shape, has_scalars) -> tuple:
     taken: set = set()
     out = []
     for i in range(mesh.ndim):
-        pick = None
+        pick: Placement | None = None
         for _, x in ops:
             if type(x) is not ShardedTensor:
                 continue
             p = placements_of(x)[i]
-            if p.is_shard():
-                od = p.dim + out_nd - x.dim()
-                if od not in taken and not _broadcasts(x.shape, p.dim, out_shape, od):
+            sd = p.shard_dim()
+            if sd is not None:
+                od = sd + out_nd - x.dim()
+                if od not in taken and not _broadcasts(x.shape, sd, out_shape, od):
                     pick = Shard(od)
                     break
         if pick is None:
             pick = _partial_kind(func, i, ops, has_scalars) or Replicate()
-        if pick.is_shard():
-            taken.add(pick.dim)
+        picked_dim = pick.shard_dim()
+        if picked_dim is not None:
+            taken.add(picked_dim)
         out.append(pick)
     return tuple(out)
 
@@ -232,4 +234,4 @@ def _op_handler(cls, func):
     return conj_view if func is aten._conj.default else None
 
 
-ShardedTensor.__op_handler__ = classmethod(_op_handler)
+ShardedTensor.__op_handler__ = classmethod(_op_handler)  # type: ignore[method-assign,assignment]  # installed where its rule lives
