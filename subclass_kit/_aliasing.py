@@ -129,6 +129,10 @@ def correct_aliasing(func, args, kwargs, out, plan=None):
         return out
     if p.inplace_view:
         # Rare (t_, squeeze_, as_strided_...): torch's reference also fixes the wrapper's sizes.
+        x = args[0]
+        if out is not x and type(out) is type(x):
+            _adopt_view(func, x, out)
+            out = x
         return _compat.return_and_correct_aliasing(func, args, kwargs, out)
     if p.view_pairs:
         outs = out if isinstance(out, tuple) else (out,)
@@ -147,6 +151,26 @@ def correct_aliasing(func, args, kwargs, out, plan=None):
         idx, name = w[0]
         return _arg(args, kwargs, idx, name)
     return type(out)(_arg(args, kwargs, idx, name) for idx, name in w)
+
+
+def _adopt_view(func, x, view):
+    """An in-place view op's handler gave the out-of-place view ``view`` of ``x`` (its meta
+    values may differ, e.g. a shard dim shifted by ``squeeze_``): ``x`` becomes it in place,
+    keeping its identity. Each inner tensor takes its counterpart's geometry in place, so it
+    must be a view of the same storage (an op that moved data is no in-place view)."""
+    xd, vd = x.__dict__, view.__dict__
+    for n in type(x).__kit__.inner_names:
+        a, b = xd.get(n), vd.get(n)
+        if a is None or a is b:
+            continue
+        if b is None or a.untyped_storage()._cdata != b.untyped_storage()._cdata:
+            raise RuntimeError(
+                f"{type(x).__name__}: the handler of {func} returned a result whose inner tensor {n!r} "
+                "is not a view of the input's: an in-place view op can only re-describe the same "
+                "data. Return a view of each inner tensor, or raise UnsupportedOpError."
+            )
+        a.as_strided_(b.size(), b.stride(), b.storage_offset())
+    xd[CTX_ATTR] = vd[CTX_ATTR]
 
 
 def plan(func: Any) -> OpAliasing:

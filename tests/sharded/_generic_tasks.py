@@ -94,10 +94,10 @@ def writes() -> dict:
     # Changing a shape in place is refused by name.
     x = distribute(D, mesh, [Shard(0)])
     try:
-        x.t_()
-        res["t_"] = "ok"
+        x.as_strided_((4, 6), (6, 1))  # its out-of-place form gathers a shard: no in-place view
+        res["as_strided_"] = "ok"
     except UnsupportedOpError as e:
-        res["t_"] = "raises" if "t_" in str(e) and "shape" in str(e) else str(e)
+        res["as_strided_"] = "raises" if "as_strided_" in str(e) and "moves data" in str(e) else str(e)
     # out= of the wrong shape would resize: refused by name.
     bad = distribute(torch.zeros(5), mesh, [Replicate()])
     try:
@@ -105,6 +105,49 @@ def writes() -> dict:
         res["mv out= resize"] = "ok"
     except UnsupportedOpError as e:
         res["mv out= resize"] = "raises" if "resized" in str(e) else str(e)
+    return res
+
+
+def _inplace_views(t):
+    y = t * 2  # an intermediate: in-place views of a leaf that requires grad are refused by torch
+    y.squeeze_(0)
+    y.t_()
+    y.unsqueeze_(0)
+    y.transpose_(1, 2)
+    return y * t
+
+
+def inplace_views(backend: str) -> dict:
+    """In-place view ops on a shard or a Partial: the instance takes the placements of the
+    out-of-place view (no data moves), values and gradients equal dense, eager and compiled."""
+    mesh = _mesh()
+    D = torch.randn(1, 4, 6, generator=torch.Generator().manual_seed(22))
+    d = D.clone().requires_grad_(True)
+    _inplace_views(d).sum().backward()
+    res = {}
+    for lname, pl in {"Shard(1)": [Shard(1)], "Shard(2)": [Shard(2)], "Partial": [Partial()]}.items():
+        gathered_ops().clear()
+        x = distribute(D, mesh, pl) if lname != "Partial" else ShardedTensor.from_local(D / 2, mesh, pl)
+        x.requires_grad_(True)
+        y = x * 2
+        y.squeeze_(0)
+        res[f"squeeze_ {lname}"] = repr(y.placements)
+        y.t_()
+        res[f"t_ {lname}"] = repr(y.placements)
+        out = _inplace_views(x)
+        close(out.full_tensor(), _inplace_views(D), msg=f"in-place views of {lname}")
+        out.sum().backward()
+        close(x.grad.full_tensor(), d.grad, msg=f"grad of in-place views of {lname}")
+        res[f"gathered {lname}"] = sorted(map(str, gathered_ops()))
+        torch._dynamo.reset()
+        cnt = CompileCounterWithBackend(backend)
+        x2 = (distribute(D, mesh, pl) if lname != "Partial" else ShardedTensor.from_local(D / 2, mesh, pl))
+        x2.requires_grad_(True)
+        c = torch.compile(lambda t: _inplace_views(t).sum(), backend=cnt, fullgraph=True)(x2)
+        close(c.full_tensor(), _inplace_views(D).sum(), msg=f"compiled in-place views of {lname}")
+        c.backward()
+        close(x2.grad.full_tensor(), d.grad, msg=f"compiled grad of in-place views of {lname}")
+        res[f"frames {lname}"] = cnt.frame_count
     return res
 
 

@@ -32,7 +32,18 @@ def test_inplace_and_out_writes_reach_the_shards():
     assert r["zero_ Shard(0)"] == "(Shard(0),)" and r["zero_ Shard(1)"] == "(Shard(1),)"
     assert r["mv out= Shard(0)"] == "(Shard(0),)"
     assert r["zero_ partial"] == "(Partial('sum'),)"
-    assert r["t_"] == "raises" and r["mv out= resize"] == "raises"
+    assert r["as_strided_"] == "raises" and r["mv out= resize"] == "raises"
+
+
+def test_inplace_views_of_shards_take_the_out_of_place_placements():
+    r = world(2).run(_generic_tasks.inplace_views, "aot_eager", timeout=TIMEOUT)[0]
+    # squeeze_(0) shifts the shard dim down; t_ swaps it; a Partial stays Partial.
+    assert (r["squeeze_ Shard(1)"], r["t_ Shard(1)"]) == ("(Shard(0),)", "(Shard(1),)")
+    assert (r["squeeze_ Shard(2)"], r["t_ Shard(2)"]) == ("(Shard(1),)", "(Shard(0),)")
+    assert r["squeeze_ Partial"] == r["t_ Partial"] == "(Partial('sum'),)"
+    for lname in ("Shard(1)", "Shard(2)", "Partial"):
+        assert r[f"frames {lname}"] == 1, lname
+        assert not [op for op in r[f"gathered {lname}"] if "_." in op], r[f"gathered {lname}"]
 
 
 def test_random_ops_are_consistent():

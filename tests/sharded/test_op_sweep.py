@@ -27,9 +27,6 @@ XFAIL: dict = {
     "resize_": "resizes the global tensor in place",
     "resize_as_": "resizes the global tensor in place",
     "to_sparse": "a sparse result: a ShardedTensor holds dense strided shards",
-    # In-place reshapes of a shard or a Partial (their placements would have to change).
-    "nn.functional.linear_cross_entropy": "squeeze_ of a Shard(1) / Partial intermediate",
-    "native_group_norm": "its backward unsqueeze_s a Shard(1) / Partial intermediate",
     # gloo has no float8 collectives.
     "torch._scaled_mm": "float8 operands: gloo cannot gather or reduce them",
     "torch._scaled_mm_v2": "float8 operands: gloo cannot gather or reduce them",

@@ -13,8 +13,8 @@ Writes are kept honest:
   each written ShardedTensor keeps its own placements: this rank's part of the result is
   copied into its local (a chunk of a Shard, the value on the first rank of a
   ``Partial('sum')`` and zeros elsewhere), with no more communication;
-- an op that changes a ShardedTensor's shape or storage in place (``resize_``, ``t_``,
-  ``set_``, ``squeeze_`` ...) raises ``UnsupportedOpError``: a wrapper's global shape is
+- an op that changes a ShardedTensor's shape or storage in place (``resize_``, ``set_``;
+  ``t_``, ``squeeze_`` ... where the out-of-place view would move data) raises ``UnsupportedOpError``: a wrapper's global shape is
   fixed;
 - a view op on a sharded operand returns a copy (its local came from a gather), marked as
   such so that a later write into it raises instead of missing the base (as the view
@@ -176,23 +176,51 @@ def _wrap_outputs(func, args, kwargs, res, mesh, coord, full, gathered_view):
 
 
 def _inplace_view(func, args, kwargs, plan, calls):
-    """``t_``, ``squeeze_``, ``as_strided_`` ... on a Replicate ShardedTensor: the local and the
-    wrapper's own sizes change together. On a shard the placements would have to change
-    with them, and a ShardedTensor's placements are fixed: that raises."""
+    """``t_``, ``squeeze_``, ``transpose_`` ... in place. On Replicate the local and the
+    wrapper's sizes change together. On a shard or a Partial the out-of-place view's rule
+    says what the placements become (``squeeze_(0)`` of a ``Shard(1)`` is a ``Shard(0)``):
+    when it moves no data, the instance takes that view's placements and geometry in place
+    (``correct_aliasing`` adopts it); when it would (a shard dim squeezed or reshaped), raise."""
     x = args[0]
-    if type(x) is not ShardedTensor or any(not p.is_replicate() for p in placements_of(x)) or x._gathered_view is not None:
-        unsupported(
-            func, args, kwargs,
-            "it changes a sharded tensor's shape or strides in place, and a ShardedTensor's placements are fixed "
-            "(the out-of-place form, e.g. t() for t_(), works);",
-        )
     if func._schema.name in _RESIZING:
         unsupported(func, args, kwargs, "it resizes a ShardedTensor in place, and its global shape is fixed;")
-    _note(func, calls)
-    func(x.local, *args[1:], **kwargs)
+    if type(x) is not ShardedTensor:
+        unsupported(func, args, kwargs, "its operand is not a ShardedTensor;")
+    if any(not p.is_replicate() for p in placements_of(x)) or x._gathered_view is not None:
+        view = _out_of_place(func)
+        out = view(*args, **kwargs) if view is not None and x._gathered_view is None else None
+        if out is None or out._gathered_view is not None or not _same_data(out.local, x.local):
+            unsupported(
+                func, args, kwargs,
+                "on this layout its out-of-place form moves data, so the sharded tensor cannot change in place "
+                "(the out-of-place form, e.g. squeeze() for squeeze_(), works);",
+            )
+        res = ShardedTensor.correct_aliasing(func, args, kwargs, out)  # x takes out's placements and sizes
+        x._sig = sig_of(ctx_of(x), tuple(x.shape), tuple(x.stride()), x.storage_offset())
+        return res
+    func(x.local, *args[1:], **kwargs)  # nothing gathered: not noted as a fallback
     out = ShardedTensor.correct_aliasing(func, args, kwargs, x)  # the wrapper's sizes follow
     x._sig = sig_of(ctx_of(x), tuple(x.shape), tuple(x.stride()), x.storage_offset())
     return out
+
+
+def _out_of_place(func):
+    """``aten.squeeze.dim`` for ``aten.squeeze_.dim`` (None when there is none)."""
+    name = func._schema.name.split("::")[-1]
+    packet = getattr(torch.ops.aten, name[:-1], None) if name.endswith("_") else None
+    if packet is None:
+        return None
+    # Overload names differ between the forms (transpose_.default, transpose.int): match types.
+    want = [str(a.type) for a in func._schema.arguments]
+    for ov in packet.overloads():
+        op = getattr(packet, ov)
+        if [str(a.type) for a in op._schema.arguments] == want:
+            return op
+    return None
+
+
+def _same_data(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.untyped_storage()._cdata == b.untyped_storage()._cdata
 
 
 _RESIZING = {"aten::resize_", "aten::resize_as_", "aten::set_", "aten::resize_as_sparse_", "aten::sparse_resize_"}
