@@ -71,8 +71,8 @@ def test_name_is_a_plain_method():
 
 def test_views_include_their_base():
     base = torch.randn(10, 8)
-    x = ScaledTensor(base[2:].to(torch.int8), torch.ones(8, 1))
-    view = ScaledTensor(torch.randint(0, 5, (10, 8), dtype=torch.int8)[2:], torch.ones(8, 1))
+    x = ScaledTensor(base[2:].to(torch.int8), torch.ones(8, 1), dtype=torch.float32)
+    view = ScaledTensor(torch.randint(0, 5, (10, 8), dtype=torch.int8)[2:], torch.ones(8, 1), dtype=torch.float32)
     got = symbolic.sources(view)
     assert "L['x'].qdata._base.size()[0]" in got and "L['x'].qdata.storage_offset()" in got
     assert got["L['x'].qdata._base.size()[0]"] == SizeSource(ViewBaseSource(InnerSource("qdata")), 0)
@@ -83,7 +83,7 @@ def test_views_include_their_base():
 
 def _offset_scaled(rows, g):
     s = ScaledTensor.from_float(torch.randn(rows + 2, 8, generator=g))
-    return ScaledTensor(s.qdata[2:], s.scale[2:])  # views with a storage offset
+    return ScaledTensor(s.qdata[2:], s.scale[2:], dtype=s.dtype)  # views with a storage offset
 
 
 def test_names_match_dynamo_guard_text_for_a_nested_subclass():
