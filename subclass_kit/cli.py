@@ -446,11 +446,24 @@ def _cmd_explain(args) -> int:
     print(f"guards for call 0 of {args.fn}({', '.join(names)}): {len(gs)} guards")
     for line in gs.describe():
         print(f"  {line}")
+    _print_shape_notes(calls[0], names)
     report = explain_recompiles(fn, calls, backend=args.backend, dynamic=dynamic)
     print(f"\nrecompiles over {len(calls)} calls:")
     for line in report.lines():
         print(f"  {line}")
     return 0
+
+
+def _print_shape_notes(args, names) -> None:
+    """Sizes a mark cannot make dynamic (a derived inner size of 0 or 1), per tensor input."""
+    import torch
+
+    import symbolic
+
+    for name, a in zip(names, args):
+        if isinstance(a, torch.Tensor):
+            for note in symbolic.describe(a).notes():
+                print(f"  note: {name}: {note}")
 
 
 def _explain_fallback(fn, calls, backend, dynamic) -> int:

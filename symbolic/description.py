@@ -26,7 +26,7 @@ import torch
 from . import _compat
 from .source_types import ROOT, InnerSource, SizeSource, Source
 from .dims import Dim, DimKind
-from .errors import PolicyTypeError
+from .errors import PolicyTypeError, RelationError
 from .planning import resolve_dims
 from .policy import SubclassPolicy, normalize_dims
 from .protocol import ctx_of, inner_items, is_wrapper, where
@@ -188,6 +188,46 @@ class ShapeDescription:
             for d, e in enumerate(shape[: v.dim()]):
                 out.append(Relation(wrapper, SizeSource(InnerSource(name, wrapper), d), e,
                                     {s: symbols[s] for s in e.free_symbols if s in symbols}))
+        return out
+
+    def notes(self) -> list[str]:
+        """One line per derived inner size that stays static although an outer size it
+        derives from is marked dynamic: the size is 0 or 1 on this instance, and dynamo
+        specializes sizes 0 and 1 whatever the mark says (``plan`` keeps it static for that
+        reason). The graph then serves every outer size with that same inner size, and an
+        instance on which it is 2 or more recompiles.
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.examples import BlockScaled  # doctest: +SKIP
+            >>> x = BlockScaled.from_float(torch.randn(32, 8))  # doctest: +SKIP
+            >>> describe(x, plan(x, 0)).notes()  # doctest: +SKIP
+            ['x.scale dim 0 = ceiling(s0/32) = 1 on this instance: kept static ...']
+        """
+        out = []
+        for src, info in self._tensors.items():
+            if not info.wrapper:
+                continue
+            try:
+                relations = self.relations(src)
+            except RelationError:
+                continue  # the relations' own error is raised where they are used
+            for r in relations:
+                if r.constant or r.expr.is_Symbol:
+                    continue
+                dynamic = sorted(ss.dim for ss in r.symbols.values() if info.kind(ss.dim) is DimKind.DYNAMIC)
+                inner = self._tensors.get(r.target.base)
+                if not dynamic or inner is None or inner.kind(r.target.dim) is DimKind.DYNAMIC:
+                    continue
+                v = inner.tensor.size(r.target.dim)
+                if type(v) is not int or v >= 2:
+                    continue
+                out.append(
+                    f"{r.target.base.render('x')} dim {r.target.dim} = {r.expr} = {v} on this "
+                    f"instance: kept static (dynamo specializes sizes 0 and 1) while outer dim(s) "
+                    f"{dynamic} of {src.render('x')} are dynamic; a size >= 2 will recompile "
+                    f"(mark an instance on which it is >= 2 to cover those sizes in one graph)."
+                )
         return out
 
     def __repr__(self) -> str:

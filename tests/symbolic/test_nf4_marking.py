@@ -124,3 +124,23 @@ def test_torchs_rule_stays_for_same_dim_and_for_foreign_classes():
     t = CustomTensorPlainOut(torch.ones(4, 2), torch.ones(3, 2))  # no __inner_shapes__
     torch._dynamo.mark_dynamic(t, 0)
     assert symbolic.marks(t).inner == {"elem1": {0: Dim.dynamic()}, "elem2": {0: Dim.dynamic()}}
+
+
+def test_a_derived_size_kept_static_is_noted_and_recompiles_when_it_grows():
+    x = BlockScaled.from_float(torch.randn(32, 8))  # one scale row
+    symbolic.mark_dynamic(x, 0)
+    (note,) = symbolic.describe(x).notes()
+    assert note.startswith("x.scale dim 0 = ceiling(s0/32) = 1 on this instance: kept static")
+    assert "a size >= 2 will recompile" in note
+    assert symbolic.describe(x, symbolic.plan(x, 0)).notes() == [note]
+    assert symbolic.describe(BlockScaled.from_float(torch.randn(96, 8)), symbolic.plan(
+        BlockScaled.from_float(torch.randn(96, 8)), 0)).notes() == []
+    # ... and it is right: sizes with one scale row share the graph, two rows recompile.
+    cnt = CompileCounterWithBackend("aot_eager")
+    f = torch.compile(lambda t: t.to_plain() * 2, backend=cnt, fullgraph=True)
+    for rows, frames in ((32, 1), (16, 1), (64, 2)):
+        t = BlockScaled.from_float(torch.randn(rows, 8))
+        if rows == 32:
+            symbolic.mark_dynamic(t, 0)
+        torch.testing.assert_close(f(t), t.to_plain() * 2)
+        assert cnt.frame_count == frames, rows
