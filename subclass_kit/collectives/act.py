@@ -3,6 +3,7 @@
 import atexit
 import weakref
 from functools import partial
+from typing import Any
 
 import torch
 
@@ -88,10 +89,13 @@ class AsyncCollectiveTensor(WrapperTensor):
         return _plain(self)
 
     wait = trigger_wait  # torch's ACT spells it both ways
-    completed = property(lambda self: self._pending is None or self._pending.done, doc="True once waited.")
+    @property
+    def completed(self) -> bool:
+        """True once waited."""
+        return self._pending is None or self._pending.done
 
-    def tolist(self): return self.trigger_wait().tolist()
-    def numpy(self, *, force=False): return self.trigger_wait().numpy(force=force)
+    def tolist(self) -> Any: return self.trigger_wait().tolist()
+    def numpy(self, *, force: bool = False) -> Any: return self.trigger_wait().numpy(force=force)
     def __repr__(self): return f"AsyncCollectiveTensor({self.trigger_wait()!r})"
     def __reduce_ex__(self, proto): return (super().__reduce_ex__ if self.is_meta else self.trigger_wait().__reduce_ex__)(proto)  # the value; meta has none: stays an ACT
     def __deepcopy__(self, memo): return self.trigger_wait().clone()

@@ -18,12 +18,14 @@ backward graphs each carry their collective and its wait).
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 from .. import _compat
 from .act import AsyncCollectiveTensor
 from .errors import CollectiveArgumentError
-from .groups import GroupLike, GroupRef, resolve_group
+from .groups import GroupLike, ReduceOpLike, GroupRef, resolve_group
 from ._common import _check_dim, _chunk_cat, _issue, _reduce_op, _splits
 
 __all__ = [
@@ -123,7 +125,7 @@ class _AllToAll(torch.autograd.Function):
         return out, None, None, None
 
 
-def all_reduce_autograd(t: torch.Tensor, op, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
+def all_reduce_autograd(t: torch.Tensor, op: ReduceOpLike, group: GroupLike = None, *, mesh_dim: int | str | None = None) -> torch.Tensor:
     """:func:`~subclass_kit.collectives.all_reduce` with a gradient (op: sum, avg, max, min).
 
     Example (rank 0 of a 2-rank process group):
@@ -145,7 +147,7 @@ def all_reduce_autograd(t: torch.Tensor, op, group: GroupLike = None, *, mesh_di
     return _AllReduce.apply(t, name, g)
 
 
-def all_gather_tensor_autograd(t: torch.Tensor, gather_dim: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
+def all_gather_tensor_autograd(t: torch.Tensor, gather_dim: int, group: GroupLike = None, *, mesh_dim: int | str | None = None) -> torch.Tensor:
     """:func:`~subclass_kit.collectives.all_gather_tensor` with a gradient (a reduce-scatter).
 
     Example (rank 0 of a 2-rank process group):
@@ -162,7 +164,7 @@ def all_gather_tensor_autograd(t: torch.Tensor, gather_dim: int, group: GroupLik
     return _AllGather.apply(t, dim, g)
 
 
-def reduce_scatter_tensor_autograd(t: torch.Tensor, op, scatter_dim: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
+def reduce_scatter_tensor_autograd(t: torch.Tensor, op: ReduceOpLike, scatter_dim: int, group: GroupLike = None, *, mesh_dim: int | str | None = None) -> torch.Tensor:
     """:func:`~subclass_kit.collectives.reduce_scatter_tensor` with a gradient (an all-gather).
 
     Example (rank 0 of a 2-rank process group):
@@ -190,7 +192,7 @@ def reduce_scatter_tensor_autograd(t: torch.Tensor, op, scatter_dim: int, group:
     return _ReduceScatter.apply(t, name, dim, g)
 
 
-def all_to_all_single_autograd(t: torch.Tensor, output_split_sizes, input_split_sizes, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
+def all_to_all_single_autograd(t: torch.Tensor, output_split_sizes: Sequence[int] | None, input_split_sizes: Sequence[int] | None, group: GroupLike = None, *, mesh_dim: int | str | None = None) -> torch.Tensor:
     """:func:`~subclass_kit.collectives.all_to_all_single` with a gradient (the reverse exchange).
 
     Example (rank 0 of a 2-rank process group):

@@ -18,7 +18,7 @@ import torch
 
 from .. import _compat
 from .errors import CollectiveArgumentError
-from .groups import GroupLike, resolve_group
+from .groups import GroupLike, ReduceOpLike, resolve_group
 from ._common import _check_dim, _issue_many, _reduce_op
 
 __all__ = ["all_reduce_coalesced", "all_gather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced"]
@@ -46,7 +46,7 @@ def _inputs(tensors, where: str, alternative: str) -> list:
     return out
 
 
-def all_reduce_coalesced(tensors: Sequence[torch.Tensor], op, group: GroupLike = None, *, mesh_dim=None) -> list:
+def all_reduce_coalesced(tensors: Sequence[torch.Tensor], op: ReduceOpLike, group: GroupLike = None, *, mesh_dim: int | str | None = None) -> list:
     """Reduce every tensor of ``tensors`` over the ranks of ``group`` in one collective call.
 
     Example (rank 0 of a 2-rank process group):
@@ -62,7 +62,7 @@ def all_reduce_coalesced(tensors: Sequence[torch.Tensor], op, group: GroupLike =
     return _issue_many(where, g, _ops.all_reduce_coalesced.default, xs, name, g.name)
 
 
-def all_gather_into_tensor_coalesced(tensors: Sequence[torch.Tensor], group: GroupLike = None, *, mesh_dim=None) -> list:
+def all_gather_into_tensor_coalesced(tensors: Sequence[torch.Tensor], group: GroupLike = None, *, mesh_dim: int | str | None = None) -> list:
     """Concatenate every rank's copy of each tensor along dim 0 (rank order), in one call.
 
     Example (rank 0 of a 2-rank process group):
@@ -79,7 +79,7 @@ def all_gather_into_tensor_coalesced(tensors: Sequence[torch.Tensor], group: Gro
 
 
 def reduce_scatter_tensor_coalesced(
-    tensors: Sequence[torch.Tensor], op, scatter_dims: Sequence[int] | None = None, group: GroupLike = None, *, mesh_dim=None
+    tensors: Sequence[torch.Tensor], op: ReduceOpLike, scatter_dims: Sequence[int] | None = None, group: GroupLike = None, *, mesh_dim: int | str | None = None
 ) -> list:
     """Reduce each tensor over the ranks, then give rank ``i`` its ``i``-th chunk along
     ``scatter_dims[j]`` (default 0) of tensor ``j``, in one collective call.

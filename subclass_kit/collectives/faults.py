@@ -11,6 +11,7 @@ call itself is the one place the kit can see it, so this wraps the call.
 from __future__ import annotations
 
 import functools
+from typing import Callable, ParamSpec, TypeVar
 
 import torch
 
@@ -42,7 +43,11 @@ def _pending_inputs(args, kwargs) -> list:
     ]
 
 
-def collective_errors(fn):
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def collective_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """``fn`` (a compiled or loaded function) with collective failures raised as
     :class:`CollectiveError`, naming ``fn`` and the process group's own message.
 

@@ -21,9 +21,11 @@ from torch.distributed.device_mesh import DeviceMesh
 from .. import _compat
 from .errors import GroupResolutionError, NoProcessGroupError
 
-__all__ = ["GroupRef", "GroupLike", "resolve_group"]
+__all__ = ["GroupRef", "GroupLike", "ReduceOpLike", "resolve_group"]
 
 GroupLike = Union[None, dist.ProcessGroup, DeviceMesh, str, "list[int]", "tuple[DeviceMesh, int]"]
+# A reduce op: its name ("sum", "avg", ...; any case) or a torch.distributed.ReduceOp member.
+ReduceOpLike = Union[str, dist.ReduceOp]
 
 
 class GroupRef(NamedTuple):

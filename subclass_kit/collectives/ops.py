@@ -32,7 +32,7 @@ from ._common import (
 from .act import AsyncCollectiveTensor
 from .autograd import all_gather_tensor_autograd, all_reduce_autograd, all_to_all_single_autograd, reduce_scatter_tensor_autograd
 from .errors import CollectiveArgumentError
-from .groups import GroupLike, resolve_group
+from .groups import GroupLike, ReduceOpLike, resolve_group
 
 __all__ = [
     "all_reduce",
@@ -44,7 +44,7 @@ __all__ = [
     "REDUCE_OPS",
 ]
 
-def all_reduce(t: torch.Tensor, op, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
+def all_reduce(t: torch.Tensor, op: ReduceOpLike, group: GroupLike = None, *, mesh_dim: int | str | None = None) -> torch.Tensor:
     """Reduce ``t`` over the ranks of ``group``; every rank gets the result.
 
     Args:
@@ -69,7 +69,7 @@ def all_reduce(t: torch.Tensor, op, group: GroupLike = None, *, mesh_dim=None) -
     return _issue("all_reduce", g, _all_reduce, _nograd(t), name, g.name)
 
 
-def all_gather_tensor(t: torch.Tensor, gather_dim: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
+def all_gather_tensor(t: torch.Tensor, gather_dim: int, group: GroupLike = None, *, mesh_dim: int | str | None = None) -> torch.Tensor:
     """Concatenate every rank's ``t`` along ``gather_dim`` (rank order).
 
     For ``gather_dim == 0`` the result is an AsyncCollectiveTensor in eager. For any other
@@ -98,7 +98,7 @@ def all_gather_tensor(t: torch.Tensor, gather_dim: int, group: GroupLike = None,
     return _chunk_cat(res, g.size, gather_dim)
 
 
-def reduce_scatter_tensor(t: torch.Tensor, op, scatter_dim: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
+def reduce_scatter_tensor(t: torch.Tensor, op: ReduceOpLike, scatter_dim: int, group: GroupLike = None, *, mesh_dim: int | str | None = None) -> torch.Tensor:
     """Reduce ``t`` over the ranks, then give rank ``i`` the ``i``-th chunk along ``scatter_dim``.
 
     ``t.size(scatter_dim)`` must be divisible by the group size.
@@ -134,7 +134,7 @@ def all_to_all_single(
     input_split_sizes: Sequence[int] | None,
     group: GroupLike = None,
     *,
-    mesh_dim=None,
+    mesh_dim: int | str | None = None,
 ) -> torch.Tensor:
     """Split ``t`` along dim 0, send piece ``i`` to rank ``i``, concatenate what arrives.
 
@@ -150,14 +150,14 @@ def all_to_all_single(
         AsyncCollectiveTensor(tensor([ 0., 10., 11.]))
     """
     if _wants_grad(t):
-        return all_to_all_single_autograd(t, output_split_sizes, input_split_sizes, group, mesh_dim=mesh_dim)
+        return all_to_all_single_autograd(t, output_split_sizes: Sequence[int] | None, input_split_sizes: Sequence[int] | None, group, mesh_dim=mesh_dim)
     where = "all_to_all_single"
     g = resolve_group(group, mesh_dim, where=where)
     out_s, in_s = _splits(t, output_split_sizes, input_split_sizes, g, where)
     return _issue(where, g, _all_to_all, _nograd(t).contiguous(), out_s, in_s, g.name)
 
 
-def broadcast(t: torch.Tensor, src: int, group: GroupLike = None, *, mesh_dim=None) -> torch.Tensor:
+def broadcast(t: torch.Tensor, src: int, group: GroupLike = None, *, mesh_dim: int | str | None = None) -> torch.Tensor:
     """Every rank gets rank ``src``'s ``t`` (``src`` is the rank *within* ``group``).
 
     Example (rank 0 of a 2-rank process group):
