@@ -106,7 +106,9 @@ def _arg(args, kwargs, idx, name):
     return kwargs[name]
 
 
-def correct_aliasing(func, args, kwargs, out, plan=None):
+def correct_aliasing(
+    func: torch._ops.OpOverload, args: tuple, kwargs: dict[str, Any], out: Any, plan: OpAliasing | None = None
+) -> Any:
     """Make ``out`` alias its inputs as ``func``'s schema says, and return what to return.
 
     Equivalent to ``torch.utils._python_dispatch.return_and_correct_aliasing`` for the ops a
@@ -252,7 +254,7 @@ def wrap_aliased(tmpl, func, args, kwargs, results, p):
     return correct_aliasing(func, args, kwargs, out, p)
 
 
-def rewrap(tmpl, func, args, kwargs, *results):
+def rewrap(tmpl: torch.Tensor, func: torch._ops.OpOverload, args: tuple, kwargs: dict[str, Any], *results: Any) -> Any:
     """``x.rewrap(func, args, kwargs, *results)``: wrap per-inner results like ``x``, aliased per the schema.
 
     ``results`` holds one result per inner tensor of ``x`` (declaration order; a tensor, or a

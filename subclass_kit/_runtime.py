@@ -14,7 +14,7 @@ torch-function mode is on is recorded for export's pre-dispatch trace, see
 from __future__ import annotations
 
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -85,6 +85,18 @@ class KitClass:
 
     def __repr__(self) -> str:
         return f"<KitClass of {self.spec.qualname}>"
+
+
+_MAKE_ANNOTATIONS: dict = {
+    "inners": "tuple[torch.Tensor | None, ...]",
+    "ctx": "SubclassCtx",
+    "size": "Sequence[int | torch.SymInt]",
+    "stride": "Sequence[int | torch.SymInt]",
+    "offset": "int | torch.SymInt",
+    "requires_grad": "bool",
+    "device": "torch.device | None",
+    "state": "dict[str, Any] | None",
+}
 
 
 def build_make(cls: type, names: tuple, state_names: frozenset) -> Callable:
@@ -179,6 +191,8 @@ def build_make(cls: type, names: tuple, state_names: frozenset) -> Callable:
     make.__name__ = "make"
     make.__qualname__ = f"{qual}.make"
     make.__doc__ = build_make.__doc__
+    # Generated per class, so its signature's types are set here rather than written on it.
+    make.__annotations__ = {**_MAKE_ANNOTATIONS, "return": cls}
     return make
 
 

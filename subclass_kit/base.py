@@ -33,11 +33,13 @@ __all__ = ["WrapperTensor"]
 _EMPTY: dict = {}  # shared empty kwargs; handlers must not mutate kwargs
 
 
-def _meta_property(name: str):
+def _meta_property(name: str, annotation: Any):
     def fget(self):
         return self._kit_ctx.__getattr__(name)
 
     fget.__name__ = name
+    # The field's declared type (maybe a string, as written) is the getter's return type.
+    fget.__annotations__ = {"return": Any if annotation is None else annotation}
     return property(fget, doc=f"meta field {name!r} (read-only; part of the ctx)")
 
 
@@ -129,7 +131,7 @@ class WrapperTensor(torch.Tensor):
                 delattr(cls, f.name)
         for f in spec.meta:
             if f.name in cls.__dict__ and not isinstance(cls.__dict__[f.name], property):
-                setattr(cls, f.name, _meta_property(f.name))
+                setattr(cls, f.name, _meta_property(f.name, f.annotation))
         if "to_plain" in cls.__dict__:
             setattr(cls, "to_plain", _pre_dispatch.exportable_to_plain(cls.__dict__["to_plain"]))
         fb = cls.__dict__.get("__fallback__")

@@ -150,7 +150,7 @@ def all_to_all_single(
         AsyncCollectiveTensor(tensor([ 0., 10., 11.]))
     """
     if _wants_grad(t):
-        return all_to_all_single_autograd(t, output_split_sizes: Sequence[int] | None, input_split_sizes: Sequence[int] | None, group, mesh_dim=mesh_dim)
+        return all_to_all_single_autograd(t, output_split_sizes, input_split_sizes, group, mesh_dim=mesh_dim)
     where = "all_to_all_single"
     g = resolve_group(group, mesh_dim, where=where)
     out_s, in_s = _splits(t, output_split_sizes, input_split_sizes, g, where)

@@ -5,6 +5,8 @@ they are; they are re-exported here).
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 from .. import _compat
@@ -12,8 +14,8 @@ from .. import collectives as _coll
 from ._comm import waited
 from .errors import PlacementError
 from ._layout import contiguous_strides
-from .mesh import mesh_ref
-from .placements import Partial, Replicate, normalize_placements
+from .mesh import MeshLike, mesh_ref
+from .placements import Partial, Placement, Replicate, normalize_placements
 from ._redistribute import redistribute_local
 from .tensor import ShardedTensor, from_local, redistribute, to_local, wrap
 
@@ -48,7 +50,7 @@ def _distribute(t, ref, placements, src_data_rank):
 
 
 
-def distribute(t: torch.Tensor, mesh, placements, *, src_data_rank: int | None = 0) -> ShardedTensor:
+def distribute(t: torch.Tensor, mesh: MeshLike, placements: Sequence[Placement], *, src_data_rank: int | None = 0) -> ShardedTensor:
     """Lay a whole tensor out over ``mesh``: each rank keeps its part (a new leaf tensor).
 
     Like torch's ``distribute_tensor``: the values of the rank at coordinate

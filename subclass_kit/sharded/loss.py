@@ -15,6 +15,7 @@ batch or sequence sharded or replicated on the others) included.
 from __future__ import annotations
 
 import contextlib
+from typing import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -49,8 +50,9 @@ class _SumOfReplicas(torch.autograd.Function):
 
 
 def vocab_parallel_cross_entropy(
-    input: ShardedTensor, target, weight=None, *, ignore_index: int = -100, reduction: str = "mean"
-):
+    input: ShardedTensor, target: torch.Tensor, weight: torch.Tensor | None = None, *, ignore_index: int = -100,
+    reduction: str = "mean",
+) -> torch.Tensor:
     """Cross entropy of logits sharded on the class dim (dim 1, or 0 for 1-D logits); what
     ``F.cross_entropy`` runs inside :func:`loss_parallel`.
 
@@ -208,7 +210,7 @@ def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-
 
 
 @contextlib.contextmanager
-def loss_parallel():
+def loss_parallel() -> Iterator[None]:
     """Within the block, ``F.cross_entropy`` on class-sharded ShardedTensor logits computes the
     loss without gathering them (:func:`vocab_parallel_cross_entropy`); other inputs are
     unaffected. Run the backward inside the block too, as with torch's ``loss_parallel``

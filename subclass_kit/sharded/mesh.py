@@ -12,12 +12,19 @@ take). ``mesh_ref`` makes one from a DeviceMesh (and remembers the mesh);
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Union
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from .errors import MeshError
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+# What the kit's functions take as a mesh: torch's DeviceMesh or the kit's MeshRef.
+MeshLike = Union["DeviceMesh", "MeshRef"]
 
 __all__ = ["MeshRef", "mesh_ref", "current_mesh", "LOCAL_GROUP", "this_rank"]
 
@@ -115,7 +122,7 @@ class MeshRef:
             {"MeshRef": MeshRef},
         )
 
-    def device_mesh(self):
+    def device_mesh(self) -> DeviceMesh:
         """The torch ``DeviceMesh`` this describes (rebuilt from its process groups if needed).
 
         A local mesh made without a process group gets a one-rank gloo world on a free port
@@ -200,7 +207,7 @@ def _describe(mesh) -> MeshRef:
     return ref
 
 
-def mesh_ref(mesh) -> MeshRef:
+def mesh_ref(mesh: MeshLike) -> MeshRef:
     """The ``MeshRef`` of a DeviceMesh (a MeshRef is returned as is).
 
     Under torch.compile this runs on the real mesh while tracing and enters the graph as a
@@ -223,7 +230,7 @@ def mesh_ref(mesh) -> MeshRef:
     return _describe(mesh)
 
 
-def current_mesh():
+def current_mesh() -> DeviceMesh | None:
     """The torch ``DeviceMesh`` of the innermost ``with mesh:`` block, or None; what
     ``parallelize`` uses when no mesh is passed, as torch's ``parallelize_module`` does.
 

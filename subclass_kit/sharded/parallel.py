@@ -28,7 +28,7 @@ from __future__ import annotations
 import fnmatch
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 import torch
 from torch import nn
@@ -38,7 +38,7 @@ from ..compiling import is_compiling
 from .convert import distribute, from_local, redistribute, to_local
 from .errors import MeshError, ParallelizeError
 from ._layout import chunk_size, chunk_start
-from .mesh import current_mesh, mesh_ref
+from .mesh import MeshLike, current_mesh, mesh_ref
 from .placements import Partial, Placement, Replicate, Shard, _from_torch, render
 from .tensor import ShardedTensor
 
@@ -201,7 +201,7 @@ class ParallelStyle:
     at that coordinate of the mesh; None: each rank's own, without communication), as
     torch's ``parallelize_module(src_data_rank=)``."""
 
-    def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:  # pragma: no cover
+    def apply(self, module: nn.Module, mesh: MeshLike, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:  # pragma: no cover
         raise NotImplementedError
 
 
@@ -215,7 +215,7 @@ class _LinearOrEmbedding(ParallelStyle):
     output_layouts: Any
     use_local_output: bool
 
-    def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
+    def apply(self, module: nn.Module, mesh: MeshLike, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
         kind = type(self).__name__
         if isinstance(module, nn.Linear):
             what = "linear"
@@ -360,7 +360,7 @@ class SequenceParallel(ParallelStyle):
     sequence_dim: int = 1
     use_local_output: bool = False
 
-    def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
+    def apply(self, module: nn.Module, mesh: MeshLike, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
         kind = type(self).__name__
         ref = _check_mesh(mesh, kind, name)
         for pname, p in list(module.named_parameters(recurse=False)):
@@ -404,7 +404,10 @@ def _matches(pattern: str, name: str) -> bool:
     return len(p) == len(n) and all(fnmatch.fnmatchcase(b, a) for a, b in zip(p, n))
 
 
-def parallelize(module: nn.Module, mesh=None, plan=None, *, src_data_rank: int | None = 0) -> nn.Module:
+def parallelize(
+    module: nn.Module, mesh: MeshLike | None = None, plan: Mapping[str, ParallelStyle] | ParallelStyle | None = None, *,
+    src_data_rank: int | None = 0,
+) -> nn.Module:
     """Apply tensor-parallel styles to submodules of ``module`` in place; return it.
 
     Args:

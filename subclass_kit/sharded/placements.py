@@ -13,10 +13,15 @@ canonicalizable, as a ctx value must be.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ._layout import chunk_size, chunk_start
 from .errors import PlacementError
+
+if TYPE_CHECKING:
+    import torch
+
+    from .mesh import MeshRef
 
 __all__ = ["Placement", "Shard", "Replicate", "Partial", "PARTIAL_OPS", "normalize_placements", "render"]
 
@@ -63,13 +68,13 @@ class Placement:
     def global_shape(self, local: tuple, k: int) -> tuple:
         return local
 
-    def offset(self, n, k: int, c: int):
+    def offset(self, n: int, k: int, c: int) -> int:
         return 0
 
-    def to_replicate(self, local, mesh, mesh_dim: int, shape):
+    def to_replicate(self, local: torch.Tensor, mesh: MeshRef, mesh_dim: int, shape: Sequence[int]) -> torch.Tensor:
         return local
 
-    def from_replicate(self, local, mesh, mesh_dim: int, coord: int):
+    def from_replicate(self, local: torch.Tensor, mesh: MeshRef, mesh_dim: int, coord: int) -> torch.Tensor:
         return local
 
     def settled(self) -> "Placement":
@@ -111,15 +116,15 @@ class Shard(Placement):
         d = self.dim
         return (*local[:d], local[d] * k, *local[d + 1:])
 
-    def offset(self, n, k: int, c: int):
+    def offset(self, n: int, k: int, c: int) -> int:
         return chunk_start(n, k, c)
 
-    def to_replicate(self, local, mesh, mesh_dim: int, shape):
+    def to_replicate(self, local: torch.Tensor, mesh: MeshRef, mesh_dim: int, shape: Sequence[int]) -> torch.Tensor:
         from ._comm import gather_shards
 
         return gather_shards(local, mesh, mesh_dim, self.dim, shape[self.dim])
 
-    def from_replicate(self, local, mesh, mesh_dim: int, coord: int):
+    def from_replicate(self, local: torch.Tensor, mesh: MeshRef, mesh_dim: int, coord: int) -> torch.Tensor:
         from ._comm import take_chunk
 
         return take_chunk(local, mesh.shape[mesh_dim], coord, self.dim)
@@ -176,12 +181,12 @@ class Partial(Placement):
     def is_partial(self) -> bool:
         return True
 
-    def to_replicate(self, local, mesh, mesh_dim: int, shape):
+    def to_replicate(self, local: torch.Tensor, mesh: MeshRef, mesh_dim: int, shape: Sequence[int]) -> torch.Tensor:
         from ._comm import reduce_partial
 
         return reduce_partial(local, mesh, mesh_dim, self.op)
 
-    def from_replicate(self, local, mesh, mesh_dim: int, coord: int):
+    def from_replicate(self, local: torch.Tensor, mesh: MeshRef, mesh_dim: int, coord: int) -> torch.Tensor:
         # Operands of a sum: the value on the first rank, zeros elsewhere; of an average, a
         # max or a min: the value itself on every rank.
         if self.op == "sum":
@@ -190,7 +195,7 @@ class Partial(Placement):
             return zero_unless_first(local, coord)
         return local
 
-    def reduce_scatter(self, local, mesh, mesh_dim: int, dim: int, coord: int):
+    def reduce_scatter(self, local: torch.Tensor, mesh: MeshRef, mesh_dim: int, dim: int, coord: int) -> torch.Tensor:
         """The reduction's chunk of tensor dim ``dim`` for this rank, in one collective
         (``Partial -> Shard(dim)``)."""
         from ._comm import reduce_scatter_partial

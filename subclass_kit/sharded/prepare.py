@@ -18,6 +18,7 @@ from ..compiling import is_compiling
 from .convert import to_local
 from .errors import ParallelizeError
 from .parallel import ParallelStyle, _check_mesh, _dim, _one, _to_sharded
+from .mesh import MeshLike
 from .placements import render
 from .tensor import ShardedTensor
 
@@ -176,7 +177,7 @@ class PrepareModuleInput(ParallelStyle):
     def __post_init__(self):
         _check_pairs(self, "input")
 
-    def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
+    def apply(self, module: nn.Module, mesh: MeshLike, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
         kind = type(self).__name__
         ref = _check_mesh(mesh, kind, name)
         module.register_forward_pre_hook(_input_hook(self, ref, kind, name, self.use_local_output), with_kwargs=True)
@@ -206,7 +207,7 @@ class PrepareModuleOutput(ParallelStyle):
     def __post_init__(self):
         _check_pairs(self, "output")
 
-    def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
+    def apply(self, module: nn.Module, mesh: MeshLike, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
         kind = type(self).__name__
         ref = _check_mesh(mesh, kind, name)
         module.register_forward_hook(_output_hook(self, ref, kind, name, self.use_local_output))
@@ -246,7 +247,7 @@ class PrepareModuleInputOutput(ParallelStyle):
         _check_pairs(self, "input")
         _check_pairs(self, "output")
 
-    def apply(self, module: nn.Module, mesh, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
+    def apply(self, module: nn.Module, mesh: MeshLike, name: str = "module", *, src_data_rank: int | None = 0) -> nn.Module:
         kind = type(self).__name__
         ref = _check_mesh(mesh, kind, name)
         module.register_forward_pre_hook(_input_hook(self, ref, kind, name, self.use_local_input), with_kwargs=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import torch
 
@@ -16,9 +16,12 @@ from ..fields import inner, meta, state
 from ._comm import waited
 from .errors import MeshError, ShardShapeError
 from ._layout import contiguous_strides, even_global_shape, local_shape
-from .mesh import MeshRef, mesh_ref
-from .placements import Partial, Replicate, Shard, normalize_placements, render
+from .mesh import MeshLike, MeshRef, mesh_ref
+from .placements import Partial, Placement, Replicate, Shard, normalize_placements, render
 from ._redistribute import redistribute_local
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
 
 __all__ = ["ShardedTensor", "wrap", "wrap_out_spec", "out_spec", "Out", "spec", "placements_of", "from_local", "to_local",
            "redistribute"]
@@ -85,7 +88,10 @@ class ShardedTensor(WrapperTensor):
 
     # ---- conversions (implemented at the end of this module) ---------------------------
     @classmethod
-    def from_local(cls, local, mesh, placements, *, shape=None, stride=None, run_check=False) -> "ShardedTensor":
+    def from_local(
+        cls, local: torch.Tensor, mesh: MeshLike, placements: Sequence[Placement], *,
+        shape: Sequence[int] | None = None, stride: Sequence[int] | None = None, run_check: bool = False,
+    ) -> "ShardedTensor":
         """Make a ShardedTensor from this rank's shard (differentiable; no communication).
 
         Args:
@@ -108,7 +114,7 @@ class ShardedTensor(WrapperTensor):
         """
         return from_local(local, mesh, placements, shape=shape, stride=stride, run_check=run_check)
 
-    def to_local(self, *, grad_placements=None) -> torch.Tensor:
+    def to_local(self, *, grad_placements: Sequence[Placement] | None = None) -> torch.Tensor:
         """This rank's shard as a plain tensor (differentiable; a view, no communication).
 
         The gradient flowing back arrives with ``grad_placements`` (default: this tensor's).
@@ -121,7 +127,7 @@ class ShardedTensor(WrapperTensor):
         """
         return to_local(self, grad_placements)
 
-    def redistribute(self, mesh=None, placements=None, *, async_op: bool = False) -> "ShardedTensor":
+    def redistribute(self, mesh: MeshLike | None = None, placements: Sequence[Placement] | None = None, *, async_op: bool = False) -> "ShardedTensor":
         """The same global tensor with other placements (differentiable; collectives as needed).
 
         ``async_op=True`` (eager, as DTensor's): return as soon as the collectives are
@@ -154,7 +160,7 @@ class ShardedTensor(WrapperTensor):
         return self.full_tensor()
 
     @property
-    def device_mesh(self):
+    def device_mesh(self) -> DeviceMesh:
         """torch's ``DeviceMesh`` for this tensor's mesh."""
         return self.mesh.device_mesh()
 
