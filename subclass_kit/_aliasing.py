@@ -107,7 +107,7 @@ def _arg(args, kwargs, idx, name):
 
 
 def correct_aliasing(
-    func: torch._ops.OpOverload, args: tuple, kwargs: dict[str, Any], out: Any, plan: OpAliasing | None = None
+    func: _compat.OpOverload, args: tuple, kwargs: dict[str, Any], out: Any, plan: OpAliasing | None = None
 ) -> Any:
     """Make ``out`` alias its inputs as ``func``'s schema says, and return what to return.
 
@@ -254,7 +254,7 @@ def wrap_aliased(tmpl, func, args, kwargs, results, p):
     return correct_aliasing(func, args, kwargs, out, p)
 
 
-def rewrap(tmpl: torch.Tensor, func: torch._ops.OpOverload, args: tuple, kwargs: dict[str, Any], *results: Any) -> Any:
+def rewrap(tmpl: torch.Tensor, func: _compat.OpOverload, args: tuple, kwargs: dict[str, Any], *results: Any) -> Any:
     """``x.rewrap(func, args, kwargs, *results)``: wrap per-inner results like ``x``, aliased per the schema.
 
     ``results`` holds one result per inner tensor of ``x`` (declaration order; a tensor, or a
