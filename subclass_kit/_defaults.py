@@ -1,7 +1,9 @@
 """Handlers every WrapperTensor subclass gets without registering anything.
 
 detach, alias, clone and device/dtype-preserving copies are right for any wrapper: they act
-on every inner tensor and keep the outer size, stride and ctx. View ops are right without
+on every inner tensor and keep the outer size, stride and ctx. The math-bit views (``_conj``,
+``_neg_view``) are resolved through the class's own ``conj_physical`` / ``neg``: an inner
+tensor must never carry a bit its wrapper does not show. View ops are right without
 registration only when every inner tensor has the outer shape (decided per class from
 ``__inner_shapes__``, structurally, so no dynamic dimension is specialized by the check).
 """
@@ -148,6 +150,20 @@ def _alias_of(x):
     return _detach(aten.alias.default, (), (x,), {})
 
 
+def _math_bit_view(func, types, args, kwargs):
+    # conj() and _neg_view() are views that set a math bit (conjugate, negative) on the result;
+    # dense kernels resolve the bit when they see it on their argument. A wrapper's outer
+    # tensor cannot carry it for its inner tensors: set on an inner tensor, torch's own
+    # resolution (resolve_conj, is_conj() checks in autograd formulas and decompositions)
+    # asks the wrapper, never sees the bit, and the inner kernel reads the unconjugated
+    # values (hfftn gave the unconjugated transform). So the bit is resolved here, by the
+    # class's own conj_physical / neg (its handler or fallback), and the result aliases the
+    # input as the view's schema says.
+    x = args[0]
+    op = aten.conj_physical.default if func is aten._conj.default else aten.neg.default
+    return _aliasing.correct_aliasing(func, args, kwargs, op(x))
+
+
 def _view(func, types, args, kwargs):
     x = args[0]
     if hasattr(type(x), "__kit__") and is_outer_shaped(x):
@@ -164,6 +180,8 @@ _BUILTINS = {
     aten.copy_.default: _copy_,
     aten.empty_like.default: _empty_like,
     aten.as_strided.default: _as_strided,
+    aten._conj.default: _math_bit_view,
+    aten._neg_view.default: _math_bit_view,
     _pre_dispatch.to_plain_op: _pre_dispatch.to_plain_handler,
 }
 
