@@ -80,6 +80,14 @@ def map_inner(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
     d = tmpl.__dict__
     names = cls.__kit__.inner_names
     n_args = len(args)
+    plan = _PLANS.get(func) or _aliasing.plan(func)
+    if plan.write_args is not None and not _writes_wrappers(plan, args, kwargs):
+        # The op writes a plain tensor (``dense.mul_(w)``, ``addmm_``, ``mm(out=dense)``): run
+        # per inner it would write that one tensor once per inner (an accumulation compounds).
+        # A plain tensor holds one value, and every inner has the outer meaning: the primary's.
+        n = next(n for n in names if d[n] is not None)
+        func(*_swap(args, cls, n), **_swap_kw(kwargs, cls, n))
+        return _aliasing.correct_aliasing(func, args, kwargs, None, plan)
     if kwargs or not n_args or args[0] is not tmpl:
         results = [
             None if d[n] is None else func(*_swap(args, cls, n), **_swap_kw(kwargs, cls, n)) for n in names
@@ -97,7 +105,6 @@ def map_inner(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
             results = [None if d[n] is None else op(d[n], a1 if d1 is None else d1[n]) for n in names]
         else:
             results = [None if d[n] is None else op(*_swap(args, cls, n)) for n in names]
-    plan = _PLANS.get(func) or _aliasing.plan(func)
     if plan is _FUNCTIONAL:
         return _aliasing.wrap_like(tmpl, results)
     if plan.write_args is not None:
@@ -106,6 +113,16 @@ def map_inner(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
 
 
 _PLANS = _aliasing.PLANS
+
+
+def _writes_wrappers(plan, args, kwargs) -> bool:
+    """True when every argument the op writes is a kit wrapper (each inner writes its own)."""
+    n_args = len(args)
+    for pos, name in plan.write_args:
+        t = args[pos] if pos < n_args else kwargs.get(name)
+        if t is not None and not hasattr(type(t), "__kit__"):
+            return False
+    return True
 _FUNCTIONAL = _aliasing.FUNCTIONAL
 _FAST_OPS: dict = {}
 
