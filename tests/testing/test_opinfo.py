@@ -159,12 +159,25 @@ def test_unknown_op_names_and_a_missing_hook_are_named():
     assert report.rows[0].status == "skip" and "no from_plain" in report.rows[0].message
 
 
+# Ops on which the sweep once found TwoTensor silently wrong (a conjugate bit left on the
+# inner tensors; a plain gradient buffer accumulated once per inner): kept in the fast test.
+WRONG_ONCE = ["fft.hfft", "fft.hfftn", "linalg.eigvals", "nn.functional.linear_cross_entropy"]
+
+
+def test_twotensor_stays_right_on_the_ops_the_sweep_once_found_wrong():
+    sweep = sweep_ops(TwoTensor, ops=WRONG_ONCE, max_samples=2)
+    assert sweep.ok, [r for r in sweep.results if r.failed]
+    by = sweep.by_outcome()
+    assert {"fft.hfftn", "linalg.eigvals", "nn.functional.linear_cross_entropy.chunked_none"} <= set(by["pass"]), sweep.results
+    assert all(r.backward == "pass" for r in sweep.results if r.op in ("fft.hfft", "linalg.eigvals"))
+
+
 @pytest.mark.slow
 def test_a_wider_sweep_on_the_exemplars_finds_no_wrong_result():
-    # Every 6th OpInfo (about 120 ops): broad, and under ~2 minutes for the three classes.
-    names = sorted({o.name for o in opinfo_ops()})[::6]
-    for cls in (TwoTensor, ScaledTensor, BlockScaled):
-        sweep = sweep_ops(cls, ops=names, max_samples=2)
-        bad = [r for r in sweep.results if r.failed and not r.op.startswith(("fft.", "linalg.", "nn.functional.linear_cross"))]
-        assert not bad, bad
+    # Bounded for CI: TwoTensor (map_inner, the widest reach) on every 8th OpInfo, the other
+    # exemplars on every 24th, one sample each.
+    names = sorted({o.name for o in opinfo_ops()})
+    for cls, step in ((TwoTensor, 8), (ScaledTensor, 24), (BlockScaled, 24)):
+        sweep = sweep_ops(cls, ops=names[::step], max_samples=1)
+        assert not [r for r in sweep.results if r.failed], sweep.summary()
         assert len(sweep.by_outcome()["pass"]) > len(sweep.results) // 4, sweep.summary()
