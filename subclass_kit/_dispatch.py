@@ -3,7 +3,8 @@ and the ``__torch_dispatch__`` that consults them.
 
 Lookup order for an aten overload, resolved once per (class, overload) and cached:
 the class's own table, then each parent's (overload before its packet at every level),
-then ``Cls.__op_handler__(func)``, then the kit's built-in handlers (detach, alias, clone, copies, outer-shaped views), then
+then ``Cls.__op_handler__(func)``, then the kit's built-in handlers (detach, alias, clone, copies,
+conj/neg-bit views, outer-shaped views), then
 ``Cls.__fallback__``. A registration anywhere clears every cache, so tables may be
 extended after classes (and their subclasses) exist.
 """

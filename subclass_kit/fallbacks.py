@@ -62,7 +62,8 @@ def map_inner(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
     """Run ``func`` on every inner tensor (TwoTensor style) and wrap the results.
 
     The outer size of each result is the primary inner result's; meta values carry over.
-    Right for classes whose inner tensors all have the outer shape and meaning.
+    Right for classes whose inner tensors all have the outer shape and meaning. An op that
+    writes a plain tensor (``dense.add_(w)``) writes it once, from the primary inner.
 
     Example:
         >>> import torch
