@@ -17,7 +17,7 @@ import torch
 from . import _compat
 from .dims import Dim, DimKind
 from .errors import CtxPinsShapeWarning, PolicyError, PolicyTypeError, SymbolicError
-from .planning import _outer_dims, plan, resolve_dims
+from .planning import _outer_dims, divisors, plan, resolve_dims
 from .policy import SubclassPolicy
 from .protocol import ctx_of, get_inner, inner_items, is_wrapper, where
 from .shape_relations import analyze, size_symbol
@@ -300,6 +300,21 @@ def _mirror(kind: DimKind, t: torch.Tensor, index: Any, min: int | None, max: in
     except (PolicyError, PolicyTypeError) as e:
         raise type(e)(f"x: {e}") from None
     policy = plan(t, {d: default for d in dims})
+    asked = resolve_dims(t, {d: default for d in dims}, ROOT)
+    moved = {d: m for d, m in divisors(analyze(t), asked).items() if policy.outer.get(d) != asked[d]}
+    if moved:
+        # torch sets the outer range itself after this hook, and dynamo then reports its own
+        # divisibility guard as a violation of that range; only the kit can carry the range
+        # on the inner sizes instead.
+        d, m = next(iter(moved.items()))
+        raise PolicyError(
+            f"torch._dynamo.mark_dynamic(x, {d}, min={min}, max={max}) on {type(t).__name__}: its "
+            f"inner sizes hold whole blocks, so every size of dim {d} is a multiple of {m} and "
+            f"dynamo adds the guard size % {m} == 0, which it reports as a violation of the range "
+            f"(ConstraintViolationError). Use symbolic.mark_dynamic(x, {d}, min={min}, max={max}), "
+            f"which carries the range on the inner sizes (one graph for the multiples of {m} in "
+            f"range), or torch._dynamo.mark_dynamic(x, {d}) without a range."
+        )
     _log.debug("torch.%s on %s: inner marks derived: %r", kind, type(t).__name__, policy)
     _warn_ctx_pins(t, policy.outer, stacklevel=5)
     apply(t, SubclassPolicy({}, policy.inner))

@@ -16,6 +16,7 @@ The ``inner`` modes:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,7 +31,7 @@ from .shape_relations import TensorShape, analyze, size_symbol
 from .source_types import ROOT, InnerSource, Source
 from . import _compat
 
-__all__ = ["plan", "resolve_dims", "INNER_MODES"]
+__all__ = ["plan", "resolve_dims", "divisors", "INNER_MODES"]
 
 INNER_MODES = ("derived", "same_dim", "none")
 
@@ -121,7 +122,76 @@ def _plan(t, src, dims, min, max, inner) -> SubclassPolicy:
         return SubclassPolicy(outer, overrides)
     if inner == "same_dim":
         return _same_dim(t, outer)
-    return _derived(analyze(t), outer, overrides)
+    infos = analyze(t)
+    policy = _derived(infos, outer, overrides)
+    moved = {d: m for d, m in divisors(infos, outer).items() if _carried(policy, outer[d])}
+    if not moved:
+        return policy
+    # Dynamo adds a divisibility guard (rows % m == 0) for whole-block layouts and reports it
+    # as a violation of any explicit range on the outer dim; the inner sizes carry the range
+    # instead (they are the outer size times a constant, or its count of blocks).
+    return SubclassPolicy({d: (Dim.dynamic() if d in moved else dim) for d, dim in outer.items()},
+                          policy.inner)
+
+
+def divisors(infos: list[TensorShape], outer: Mapping[int, Dim]) -> dict[int, int]:
+    """``{outer dim: m}`` for ranged dynamic outer dims whose size this instance's layout
+    requires to be a multiple of ``m``: an inner size ``floor(a*s/d)`` (``floor_div``, the
+    other outer sizes at their values) of whole blocks on the instance (``a*s`` divisible
+    by ``d``) makes dynamo guard ``s % (d / gcd(a, d)) == 0``.
+
+    Example:
+        >>> import torch
+        >>> from torch.testing._internal.two_tensor import TwoTensor
+        >>> divisors(analyze(TwoTensor(torch.ones(4), torch.ones(4))), {0: Dim.dynamic(2, 8)})
+        {}
+    """
+    root = infos[0]
+    root_syms = {size_symbol("", i): i for i in range(root.tensor.dim())}
+    ranged = {s: i for s, i in root_syms.items() if i in outer and outer[i].kind is DimKind.DYNAMIC
+              and (outer[i].min is not None or outer[i].max is not None)}
+    fixed = {s: root.tensor.size(i) for s, i in root_syms.items()
+             if s not in ranged and type(root.tensor.size(i)) is int}
+    out: dict[int, int] = {}
+    for info in infos[1:]:
+        for j, e in enumerate(info.exprs):
+            if not info.related(j):
+                continue
+            for fl in sympy.sympify(e).subs(fixed).atoms(sympy.floor):
+                free = fl.args[0].free_symbols
+                if len(free) != 1 or not free <= ranged.keys():
+                    continue
+                (sym,) = free
+                num, den = sympy.fraction(sympy.together(fl.args[0]))
+                if not den.is_Integer or not num.is_polynomial(sym):
+                    continue
+                poly = sympy.Poly(num, sym)
+                a = poly.coeff_monomial(sym)
+                if poly.degree() != 1 or not a.is_Integer or poly.coeff_monomial(1) != 0:
+                    continue
+                m = int(den) // math.gcd(int(a), int(den))
+                v = root.tensor.size(ranged[sym])
+                if m > 1 and type(v) is int and v % m == 0:
+                    d = ranged[sym]
+                    out[d] = math.lcm(out.get(d, 1), m)
+    return out
+
+
+def _carried(policy: SubclassPolicy, dim: Dim) -> bool:
+    """True when some inner dim carries a range like ``dim``'s (in a derived policy a ranged
+    inner dim comes from a ranged outer dim)."""
+    stack: list[Any] = [policy]
+    while stack:
+        p = stack.pop()
+        for v in p.inner.values():
+            if isinstance(v, SubclassPolicy):
+                stack.append(v)
+                continue
+            for inner_dim in v.values():
+                if inner_dim.kind is DimKind.DYNAMIC and (inner_dim.min is not None) == (dim.min is not None) \
+                        and (inner_dim.max is not None) == (dim.max is not None):
+                    return True
+    return False
 
 
 def _override(v, src, spec):

@@ -144,3 +144,32 @@ def test_a_derived_size_kept_static_is_noted_and_recompiles_when_it_grows():
             symbolic.mark_dynamic(t, 0)
         torch.testing.assert_close(f(t), t.to_plain() * 2)
         assert cnt.frame_count == frames, rows
+
+
+def test_a_range_on_a_whole_block_layout_compiles_once_over_the_multiples_in_range():
+    # Dynamo guards rows % 128 == 0 (one double-quant factor per 128 rows of 128 columns)
+    # and reported that guard as a violation of the range: ConstraintViolationError.
+    p = symbolic.plan(weight(256), 0, min=256, max=4096)
+    assert p.outer == {0: Dim.dynamic()}  # the range rides on the inner sizes
+    assert p.inner["factors"] == {0: Dim.dynamic(min=2, max=32)}
+    cnt = CompileCounterWithBackend("aot_eager")
+    f = torch.compile(_linear, backend=cnt, fullgraph=True)
+    for rows in (256, 384, 4096):
+        w = weight(rows)
+        symbolic.mark_dynamic(w, 0, min=256, max=4096)
+        torch.testing.assert_close(f(w, X), _linear(w, X))
+    assert cnt.frame_count == 1
+    w = weight(4224)  # outside the range: the inner ranges' guards fail, so it recompiles
+    torch.testing.assert_close(f(w, X), _linear(w, X))
+    assert cnt.frame_count == 2
+
+
+def test_torch_mark_dynamic_with_a_range_on_a_whole_block_layout_is_refused_naming_the_divisor():
+    w = weight(256)
+    with pytest.raises(PolicyError, match=r"multiple of 128.*symbolic\.mark_dynamic\(x, 0, min=256, max=4096\)"):
+        torch._dynamo.mark_dynamic(w, 0, min=256, max=4096)
+    assert symbolic.marks(w) == symbolic.SubclassPolicy({}, {})  # nothing marked
+    # A range that does not meet the blocks is not affected.
+    x = BlockScaled.from_float(torch.randn(96, 8))
+    torch._dynamo.mark_dynamic(x, 0, min=64, max=320)
+    assert symbolic.marks(x).outer == {0: Dim.dynamic(min=64, max=320)}
