@@ -151,6 +151,56 @@ def inplace_views(backend: str) -> dict:
     return res
 
 
+def _losses():
+    F = torch.nn.functional
+    w = torch.rand(5, generator=torch.Generator().manual_seed(23)) + 0.5
+    return {
+        f"cross_entropy {red}{' weight' if wt else ''}{' ignore' if ig else ''}": (
+            lambda t, y, red=red, wt=wt, ig=ig: F.cross_entropy(t, y, weight=w if wt else None, reduction=red, ignore_index=1 if ig else -100)
+        )
+        for red in ("mean", "sum", "none") for wt in (False, True) for ig in (False, True)
+    } | {
+        "nll_loss mean weight": lambda t, y: F.nll_loss(t.log_softmax(1), y, weight=w),
+        # (N, C, H, W): nll_loss2d
+        "cross_entropy 4-D none": lambda t, y: F.cross_entropy(t.reshape(8, 5, 1, 1), y.reshape(8, 1, 1), reduction="none"),
+        "cross_entropy 4-D mean weight": lambda t, y: F.cross_entropy(t.reshape(8, 5, 1, 1), y.reshape(8, 1, 1), weight=w),
+    }
+
+
+def losses(backend: str) -> dict:
+    """cross_entropy / nll_loss with the batch dim sharded: values and gradients equal dense,
+    eager and compiled, without the gathering fallback; the per-row loss keeps the shard."""
+    mesh = _mesh()
+    g = torch.Generator().manual_seed(24)
+    D = torch.randn(8, 5, generator=g)
+    Y = torch.randint(0, 5, (8,), generator=g)
+    res = {}
+    for name, fn in _losses().items():
+        d = D.clone().requires_grad_(True)
+        ref = fn(d, Y)
+        (ref * ref).sum().backward()  # a non-uniform tangent for 'none'
+        for lname, pl in {"Shard(0)": [Shard(0)], "Shard(1)": [Shard(1)], "Replicate()": [Replicate()]}.items():
+            gathered_ops().clear()
+            x = distribute(D, mesh, pl).requires_grad_(True)
+            y = distribute(Y, mesh, [Replicate()])
+            out = fn(x, y)
+            close(out.full_tensor(), ref.detach(), msg=f"{name} of {lname}")
+            (out * out).sum().backward()
+            close(x.grad.full_tensor(), d.grad, msg=f"grad of {name} of {lname}")
+            res[f"{name} {lname}"] = (repr(out.placements), sorted(map(str, gathered_ops())))
+            if lname != "Shard(0)":
+                continue
+            torch._dynamo.reset()
+            cnt = CompileCounterWithBackend(backend)
+            x2 = distribute(D, mesh, pl).requires_grad_(True)
+            c = torch.compile(lambda t, u: (fn(t, u) ** 2).sum(), backend=cnt, fullgraph=True)(x2, y)
+            close(c.full_tensor(), (ref.detach() ** 2).sum(), msg=f"compiled {name}")
+            c.backward()
+            close(x2.grad.full_tensor(), d.grad, msg=f"compiled grad of {name}")
+            res[f"frames {name}"] = cnt.frame_count
+    return res
+
+
 def random_ops() -> dict:
     """Random ops without a rule: Replicate is equal on every rank; a shard is the dense
     op's value for it under the same seed."""

@@ -73,3 +73,16 @@ def test_metadata_norm_and_decomposed_rules_keep_shards_eager_and_compiled():
     # A loss over sharded rows is a pending sum, not a gather.
     assert r["mse_loss Shard(0)"][0] == r["bce Shard(0)"][0] == "(Partial('sum'),)"
     assert r["dropout compiled=False"] == r["dropout compiled=True"] == "(Shard(1),)"
+
+
+def test_cross_entropy_with_the_batch_sharded_needs_no_gather():
+    r = world(2).run(_generic_tasks.losses, "aot_eager", timeout=TIMEOUT)[0]
+    for key, v in r.items():
+        if key.startswith("frames"):
+            assert v == 1, key
+            continue
+        placements, gathered = v
+        assert gathered == [], key  # no op went through the gathering fallback
+        if key.endswith("Shard(0)"):
+            # per-row losses keep the shard; reduced ones are Partial sums of the local losses
+            assert placements == ("(Shard(0),)" if " none" in key else "(Partial('sum'),)"), key

@@ -1,0 +1,81 @@
+"""``nll_loss`` (``nll_loss2d`` too, and so ``cross_entropy``, which is ``log_softmax`` then ``nll_loss``) and its
+backward, with the batch dim sharded: no gather (DTensor's rule).
+
+Per mesh dim where the input's batch dim (dim 0) is sharded, each rank runs
+the loss on its rows with its targets (moved to the same shard), the class weight whole:
+
+- ``reduction='none'``: the per-row losses keep the shard;
+- ``'sum'``: the local sum is a ``Partial('sum')``, as is the total weight;
+- ``'mean'``: the local sum over the all-reduced total weight (one scalar all-reduce) is a
+  ``Partial('sum')`` of the mean; the total weight is Replicate.
+
+A shard of the class dim is gathered first and a Partial input reduced first (the loss is not
+linear in a log-probability row's placement of its target); the backward is row-local in the
+same way, given the forward's total weight.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..placements import Partial, Replicate
+from ..tensor import ShardedTensor, placements_of
+from ._common import TensorMeta, aten, global_meta, move, move_plain, planned, spec_of, wrap_out
+
+__all__ = ["nll_loss"]
+
+_NONE, _MEAN, _SUM = 0, 1, 2
+
+
+def _decide(func, args, kwargs):
+    backward = func in _BACKWARD
+    mesh, coord = spec_of(func, args, kwargs)
+    x = args[1] if backward else args[0]
+    reduction = args[4] if backward else args[3]
+    cur = placements_of(x) if type(x) is ShardedTensor else (Replicate(),) * mesh.ndim
+    batched = x.dim() >= 2  # (N, C) or nll_loss2d's (N, C, H, W): dim 0 is the batch
+    rows = tuple(p if batched and p.is_shard() and p.dim == 0 else Replicate() for p in cur)
+    whole = (Replicate(),) * mesh.ndim
+    target_rows = rows  # the target (and a per-row loss) is (N, ...): the same shard of dim 0
+    split = tuple(Partial("sum") if p.is_shard() else Replicate() for p in rows)
+    per_row = reduction == _NONE and batched
+    meta = global_meta(func, args, kwargs)
+    if backward:
+        # grad_output, self, target, weight, reduction, ignore_index, total_weight
+        moves = ((0, target_rows if per_row else whole), (1, rows), (2, target_rows), (3, whole), (6, whole))
+        outs = (rows,)
+    else:
+        moves = ((0, rows), (1, target_rows), (2, whole))
+        out_pl = target_rows if reduction == _NONE else split
+        outs = (out_pl, whole if reduction == _MEAN else split)
+    return meta, moves, outs, mesh, coord, any(p.is_shard() for p in rows)
+
+
+_plan = planned(_decide)
+_FORWARD = {aten.nll_loss_forward.default, aten.nll_loss2d_forward.default}
+_BACKWARD = {aten.nll_loss_backward.default, aten.nll_loss2d_backward.default}
+
+
+@ShardedTensor.implements(*_FORWARD, *_BACKWARD)
+def nll_loss(func, types, args, kwargs):
+    """The loss on each rank's rows; see the module docstring for the rule."""
+    meta, moves, outs, mesh, coord, sharded = _plan(func, args, kwargs)
+    new = list(args)
+    for i, target in moves:
+        a = args[i]
+        if type(a) is ShardedTensor:
+            new[i] = move(a, target)
+        elif isinstance(a, torch.Tensor):
+            new[i] = move_plain(a, mesh, coord, target)
+    if func in _FORWARD and sharded and args[3] == _MEAN:
+        total_sum, total = func(new[0], new[1], new[2], _SUM, *new[4:])
+        # One scalar all-reduce: the global total weight, then each rank's share of the mean.
+        total_pl = outs[0]
+        total_all = move(wrap_out(total, meta[1], mesh, total_pl, coord), outs[1])
+        res: tuple = (total_sum / total_all, total_all)
+    elif func in _FORWARD:
+        res = func(*new, **kwargs)
+    else:
+        res = (func(*new, **kwargs),)
+    out = tuple(wrap_out(r, m, mesh, pl, coord) for r, m, pl in zip(res, meta if type(meta) is tuple else (meta,), outs))
+    return out if func in _FORWARD else out[0]
