@@ -201,6 +201,49 @@ def losses(backend: str) -> dict:
     return res
 
 
+def embeddings(backend: str) -> dict:
+    """embedding with a Replicate table and sharded indices, a vocab-parallel (Shard(0)) table
+    and a Shard(1) table: values and the table's gradient equal dense, eager and compiled,
+    without the gathering fallback."""
+    F = torch.nn.functional
+    mesh = _mesh()
+    g = torch.Generator().manual_seed(25)
+    W = torch.randn(10, 4, generator=g)
+    I = torch.randint(0, 10, (4, 3), generator=g)
+    I[0, 0] = 3  # the padding row occurs
+    layouts = {
+        "R table, Shard(0) ids": ([Replicate()], [Shard(0)]),
+        "Shard(0) table": ([Shard(0)], [Replicate()]),
+        "Shard(1) table": ([Shard(1)], [Replicate()]),
+    }
+    res = {}
+    for pad in (None, 3):
+        def fn(w, i, pad=pad):
+            return F.embedding(i, w, padding_idx=pad)
+
+        d = W.clone().requires_grad_(True)
+        ref = fn(d, I)
+        (ref * ref).sum().backward()
+        for lname, (wp, ip) in layouts.items():
+            gathered_ops().clear()
+            w = distribute(W, mesh, wp).requires_grad_(True)
+            i = distribute(I, mesh, ip)
+            out = fn(w, i)
+            close(out.full_tensor(), ref.detach(), msg=f"{lname} pad={pad}")
+            (out * out).sum().backward()
+            close(w.grad.full_tensor(), d.grad, msg=f"grad {lname} pad={pad}")
+            res[f"{lname} pad={pad}"] = (repr(out.placements), sorted(map(str, gathered_ops())))
+            torch._dynamo.reset()
+            cnt = CompileCounterWithBackend(backend)
+            w2 = distribute(W, mesh, wp).requires_grad_(True)
+            c = torch.compile(lambda t, u: (fn(t, u) ** 2).sum(), backend=cnt, fullgraph=True)(w2, i)
+            close(c.full_tensor(), (ref.detach() ** 2).sum(), msg=f"compiled {lname} pad={pad}")
+            c.backward()
+            close(w2.grad.full_tensor(), d.grad, msg=f"compiled grad {lname} pad={pad}")
+            res[f"frames {lname} pad={pad}"] = cnt.frame_count
+    return res
+
+
 def random_ops() -> dict:
     """Random ops without a rule: Replicate is equal on every rank; a shard is the dense
     op's value for it under the same seed."""

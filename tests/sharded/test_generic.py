@@ -86,3 +86,16 @@ def test_cross_entropy_with_the_batch_sharded_needs_no_gather():
         if key.endswith("Shard(0)"):
             # per-row losses keep the shard; reduced ones are Partial sums of the local losses
             assert placements == ("(Shard(0),)" if " none" in key else "(Partial('sum'),)"), key
+
+
+def test_embedding_keeps_shards():
+    r = world(2).run(_generic_tasks.embeddings, "aot_eager", timeout=TIMEOUT)[0]
+    for key, v in r.items():
+        if key.startswith("frames"):
+            assert v == 1, key
+            continue
+        assert v[1] == [], key  # no op went through the gathering fallback
+    for pad in ("None", "3"):
+        assert r[f"R table, Shard(0) ids pad={pad}"][0] == "(Shard(0),)"  # the indices' shard
+        assert r[f"Shard(0) table pad={pad}"][0] == "(Partial('sum'),)"  # vocab-parallel
+        assert r[f"Shard(1) table pad={pad}"][0] == "(Shard(2),)"

@@ -42,7 +42,7 @@ NO_GATHER = [
     "nn.functional.layer_norm", "nn.functional.rms_norm", "softmax", "log_softmax",
     "nn.functional.mse_loss", "nn.functional.binary_cross_entropy", "nn.functional.smooth_l1_loss",
     "nn.functional.huber_loss", "nn.functional.cross_entropy", "nn.functional.nll_loss",
-    "nn.functional.linear_cross_entropy",
+    "nn.functional.linear_cross_entropy", "nn.functional.embedding",
     "mv", "addmv", "dot", "vdot", "addr", "mm", "addmm", "bmm", "baddbmm", "matmul",
     "nn.functional.linear", "nn.functional.hardswish",
     "t", "transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "expand", "cat", "stack",

@@ -1,0 +1,111 @@
+"""``embedding`` and its backward without a gather.
+
+Per mesh dim, by the weight's placement:
+
+- ``Replicate``: each rank looks up its own indices; the result keeps the indices' shard
+  (a Partial index is reduced first);
+- ``Shard(0)`` (vocab-parallel, as torchtitan shards the token embedding), with the indices
+  whole on that mesh dim: each rank looks up the indices that fall in its rows, zeros for the
+  others, and the result is a ``Partial('sum')``;
+- ``Shard(1)`` (the embedding dim): a local lookup, the result sharded on its last dim;
+- several mesh dims sharding the vocabulary: the weight is gathered first.
+
+The backward (``embedding_dense_backward``) keeps a shard of the indices and of the incoming
+gradient: each rank scatters its rows' gradients into a whole-size zero gradient, a
+``Partial('sum')``; otherwise (or with ``scale_grad_by_freq``, whose counts are global) it
+runs on whole operands.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..placements import Partial, Replicate, Shard
+from ..tensor import ShardedTensor, placements_of
+from ._common import aten, global_meta, move, move_plain, planned, spec_of, wrap_out
+
+__all__ = ["embedding", "embedding_backward"]
+
+
+def _pl(a, n):
+    return placements_of(a) if type(a) is ShardedTensor else (Replicate(),) * n
+
+
+def _decide_forward(func, args, kwargs):
+    mesh, coord = spec_of(func, args, kwargs)
+    w, idx = args[0], args[1]
+    n = mesh.ndim
+    wp, ip = _pl(w, n), _pl(idx, n)
+    vocab = [i for i, p in enumerate(wp) if p.is_shard(0)]
+    w_to, i_to, out = [], [], []
+    for i in range(n):
+        p, q = wp[i], ip[i]
+        q = q if q.is_shard() else Replicate()
+        if p.is_shard(0) and len(vocab) == 1:
+            w_to.append(p), i_to.append(Replicate()), out.append(Partial("sum"))
+        elif p.is_shard(1) and not q.is_shard():
+            w_to.append(p), i_to.append(q), out.append(Shard(idx.dim()))
+        else:
+            w_to.append(Replicate()), i_to.append(q), out.append(q)
+    masked = None
+    if len(vocab) == 1 and wp[vocab[0]] == w_to[vocab[0]]:
+        d = vocab[0]
+        k, c = mesh.shape[d], coord[d]
+        start = Shard(0).offset(w.shape[0], k, c)
+        rows = Shard(0).local_shape(tuple(w.shape), k, c)[0]
+        masked = (start, rows)
+    meta = global_meta(func, args, kwargs)
+    return meta, tuple(w_to), tuple(i_to), tuple(out), mesh, coord, masked
+
+
+_forward_plan = planned(_decide_forward)
+
+
+@ShardedTensor.implements(aten.embedding.default)
+def embedding(func, types, args, kwargs):
+    """Look up each rank's indices in its part of the table; see the module docstring."""
+    meta, w_to, i_to, out, mesh, coord, masked = _forward_plan(func, args, kwargs)
+    w, idx = args[0], args[1]
+    lw = move(w, w_to) if type(w) is ShardedTensor else move_plain(w, mesh, coord, w_to)
+    li = move(idx, i_to) if type(idx) is ShardedTensor else move_plain(idx, mesh, coord, i_to)
+    rest = list(args[2:])
+    if masked is None:
+        r = func(lw, li, *rest, **kwargs)
+    else:
+        start, rows = masked
+        outside = (li < start) | (li >= start + rows)
+        local_idx = torch.where(outside, torch.zeros_like(li), li - start)
+        if rest and rest[0] >= 0:  # padding_idx: only the rank holding that row knows it
+            rest[0] = rest[0] - start if start <= rest[0] < start + rows else -1
+        r = func(lw, local_idx, *rest, **kwargs)
+        r = r.masked_fill(outside.unsqueeze(-1), 0)
+    return wrap_out(r, meta, mesh, out, coord)
+
+
+def _decide_backward(func, args, kwargs):
+    mesh, coord = spec_of(func, args, kwargs)
+    g, idx = args[0], args[1]
+    n = mesh.ndim
+    gp, ip = _pl(g, n), _pl(idx, n)
+    scale = args[4] if len(args) > 4 else kwargs.get("scale_grad_by_freq", False)
+    g_to, i_to, out = [], [], []
+    for i in range(n):
+        q = ip[i]
+        if q.is_shard() and gp[i] == q and not scale:
+            g_to.append(q), i_to.append(q), out.append(Partial("sum"))
+        else:
+            g_to.append(Replicate()), i_to.append(Replicate()), out.append(Replicate())
+    return global_meta(func, args, kwargs), tuple(g_to), tuple(i_to), tuple(out), mesh, coord
+
+
+_backward_plan = planned(_decide_backward)
+
+
+@ShardedTensor.implements(aten.embedding_dense_backward.default)
+def embedding_backward(func, types, args, kwargs):
+    """Scatter each rank's rows' gradients; see the module docstring."""
+    meta, g_to, i_to, out, mesh, coord = _backward_plan(func, args, kwargs)
+    g, idx = args[0], args[1]
+    lg = move(g, g_to) if type(g) is ShardedTensor else move_plain(g, mesh, coord, g_to)
+    li = move(idx, i_to) if type(idx) is ShardedTensor else move_plain(idx, mesh, coord, i_to)
+    return wrap_out(func(lg, li, *args[2:], **kwargs), meta, mesh, out, coord)
