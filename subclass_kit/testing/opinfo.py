@@ -161,9 +161,12 @@ class _NoSample(Exception):
     """from_plain could not build this sample."""
 
 
-def _convert(value, from_plain, dtype):
+def _convert(value, from_plain, dtype, lay_out=None):
     """The sample's tensors of ``dtype`` as subclass instances; returns (converted, count).
-    The sample's primary input must convert; other tensors stay dense when they cannot."""
+    The sample's primary input must convert; other tensors stay dense when they cannot.
+    With ``lay_out``, it converts the sample's tensors (all of them, primary input first)."""
+    if lay_out is not None:
+        return _lay_out(value, lay_out)
     count = [0]
 
     def one(t, must: bool):
@@ -184,6 +187,23 @@ def _convert(value, from_plain, dtype):
     if count[0] == 0:
         raise _NoSample("the sample has no tensor of the sweep's dtype")
     return (first, rest[0], rest[1])
+
+
+def _lay_out(value, lay_out):
+    leaves, spec = pytree.tree_flatten(value)
+    where = [i for i, t in enumerate(leaves) if type(t) is torch.Tensor]
+    dense = [leaves[i].detach().clone() for i in where]
+    try:
+        laid = lay_out(dense)
+    except Exception as e:
+        raise _NoSample(f"lay_out refused the sample ({type(e).__name__}: {_first_line(e)})") from None
+    if laid is None:
+        raise _NoSample("lay_out does not apply to the sample")
+    if len(laid) != len(where):
+        raise TypeError(f"lay_out returned {len(laid)} values for {len(where)} tensors; return one per tensor")
+    for i, t in zip(where, laid):
+        leaves[i] = t.requires_grad_() if leaves[i].requires_grad and t.is_floating_point() else t
+    return pytree.tree_unflatten(leaves, spec)
 
 
 def _is_wrapped(t) -> bool:
@@ -212,8 +232,9 @@ def _leaf_dense(value, to_plain):
     return pytree.tree_map_only(torch.Tensor, one, value)
 
 
-def _diff(actual, expected, path: str = "result", values: bool = True):
-    """First difference between a densified result and the dense one, or None."""
+def _diff(actual, expected, path: str = "result", values: bool = True, tol=None):
+    """First difference between a densified result and the dense one, or None (``tol``:
+    ``{dtype: (rtol, atol)}`` overriding torch's default tolerances)."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             return f"{path}: got {type(actual).__name__}, expected a tensor"
@@ -221,12 +242,20 @@ def _diff(actual, expected, path: str = "result", values: bool = True):
             return f"{path}: to_plain() returned a {type(actual).__name__}, expected a plain tensor"
         if expected.layout != torch.strided or actual.layout != torch.strided:
             return None
+        rt = (tol or {}).get(expected.dtype)
+        if rt is not None and values and actual.shape == expected.shape and actual.dtype == expected.dtype:
+            try:
+                torch.testing.assert_close(actual.detach(), expected.detach(), rtol=rt[0], atol=rt[1], equal_nan=True)
+            except AssertionError as err:
+                lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+                return f"{path}: values differ ({'; '.join(lines[1:4]) or lines[0]})"
+            return None
         return _values(actual.detach(), expected.detach(), path, values)
     if isinstance(expected, (list, tuple)):
         if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
             return f"{path}: got {type(actual).__name__}, expected {len(expected)} items"
         for i, (a, e) in enumerate(zip(actual, expected)):
-            d = _diff(a, e, f"{path}[{i}]", values)
+            d = _diff(a, e, f"{path}[{i}]", values, tol)
             if d:
                 return d
         return None
@@ -247,30 +276,42 @@ def _grad_leaves(value) -> list:
     return [t for t in _tensors(value) if t.requires_grad and t.is_leaf]
 
 
-def _backward(info, sample, from_plain, to_plain, dtype):
-    """None when the input gradients match the dense ones; else ``(outcome, message)``."""
-    try:
-        conv = _convert((sample.input, sample.args, sample.kwargs), from_plain, dtype)
-    except _NoSample:
-        return None
-    ref_args = _leaf_dense(conv, to_plain)
+def _weights(outs, how, seed):
+    if how == "ones":
+        return [torch.ones_like(t) for t in outs]
+    g = torch.Generator().manual_seed(seed or 0)
+    return [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in outs]
+
+
+def _seeded(seed):
+    if seed is not None:
+        torch.manual_seed(seed)
+
+
+def _backward(conv, ref_args, ref, out, to_plain, o):
+    """None when the input gradients of the forward just judged (``out`` of ``conv``, ``ref``
+    of ``ref_args``) match the dense ones; else ``(outcome, message)``."""
     ins, ref_ins = _grad_leaves(conv), _grad_leaves(ref_args)
     if not ins or len(ins) != len(ref_ins):
         return None
     try:
-        ref = info.op(ref_args[0], *ref_args[1], **ref_args[2])
-        ref_outs = [t for t in _tensors(ref) if t.requires_grad]
+        ref_outs = [t for t in _tensors(ref) if t.requires_grad and (o.cotangent == "ones" or t.is_floating_point())]
         if not ref_outs:
             return None
-        ref_grads = torch.autograd.grad(ref_outs, ref_ins, [torch.ones_like(t) for t in ref_outs], allow_unused=True)
+        weights = _weights(ref_outs, o.cotangent, o.seed)
+        ref_grads = torch.autograd.grad(ref_outs, ref_ins, weights, allow_unused=True)
     except Exception:
         return None  # the dense backward itself fails: nothing to judge
     try:
-        out = info.op(conv[0], *conv[1], **conv[2])
-        outs = [t for t in _tensors(out) if t.requires_grad]
+        outs = [t for t in _tensors(out) if t.requires_grad and (o.cotangent == "ones" or t.is_floating_point())]
         if len(outs) != len(ref_outs):
             return WRONG, f"backward: {len(outs)} differentiable outputs, the dense op has {len(ref_outs)}"
-        grads = torch.autograd.grad(outs, ins, [torch.ones_like(t) for t in outs], allow_unused=True)
+        if o.cotangent == "ones":
+            grads = torch.autograd.grad(outs, ins, [torch.ones_like(t) for t in outs], allow_unused=True)
+        else:
+            # The weighted sum of the densified outputs: to_plain's own backward is part of it.
+            loss = sum(((to_plain(t) if _is_wrapped(t) else t) * w).sum() for t, w in zip(outs, weights))
+            grads = torch.autograd.grad(loss, ins, allow_unused=True)
     except NotImplementedError as e:
         return UNSUPPORTED, f"backward: {type(e).__name__}: {_first_line(e)}"
     except Exception as e:
@@ -280,14 +321,32 @@ def _backward(info, sample, from_plain, to_plain, dtype):
             if (rg is None) != (g is None):
                 return WRONG, f"backward: grad of input {i} is {'None' if g is None else 'set'}, dense is {'None' if rg is None else 'set'}"
             continue
-        d = _diff(_densify(g, to_plain), rg, f"grad[{i}]")
+        d = _diff(_densify(g, to_plain), rg, f"grad[{i}]", tol=o.tolerances)
         if d:
             return WRONG, f"backward: {d}"
     return None
 
 
-def _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward):
+@dataclass(frozen=True)
+class _Options:
+    lay_out: Any = None
+    seed: int | None = None
+    cotangent: str = "ones"
+    tolerances: Any = None
+    samples: Any = None
+
+
+def _samples(info, device, dtype, requires_grad, o):
+    it = info.sample_inputs(device, dtype, requires_grad=requires_grad)
+    return it if o.samples is None else o.samples(info, it)
+
+
+def _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward, o=_Options()):
     name = _full_name(info)
+    if callable(dtype):
+        dtype = dtype(info)
+        if dtype is None:
+            return OpResult(name, SKIP, "the dtype hook chose no dtype for the op")
     try:
         dtypes = info.supported_dtypes(torch.device(device).type)
     except Exception:
@@ -296,60 +355,65 @@ def _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward)
         return OpResult(name, SKIP, f"the op does not support {dtype} on {device}")
     judged, reasons, notes = 0, [], []
     try:
-        samples = info.sample_inputs(device, dtype, requires_grad=False)
+        # Drawn tracking gradients when they will run backward: the forward judged is the
+        # one differentiated, so each sample runs through the subject once.
+        samples = _samples(info, device, dtype, backward and info.supports_autograd and dtype.is_floating_point, o)
     except Exception as e:
         return OpResult(name, SKIP, f"OpInfo could not make samples ({type(e).__name__}: {_first_line(e)})")
+    grad_mode = backward and info.supports_autograd and dtype.is_floating_point
+    bwd = PASS if grad_mode else ""
     for sample in samples:
         if judged >= max_samples:
             break
         try:
-            conv = _convert((sample.input, sample.args, sample.kwargs), from_plain, dtype)
+            conv = _convert((sample.input, sample.args, sample.kwargs), from_plain, dtype, o.lay_out)
         except _NoSample as e:
             reasons.append(str(e))
             continue
         dense_args = _leaf_dense(conv, to_plain)
         try:
+            _seeded(o.seed)
             ref = info.op(dense_args[0], *dense_args[1], **dense_args[2])
+            _seeded(o.seed)
             again = info.op(dense_args[0], *dense_args[1], **dense_args[2])
         except Exception as e:
             reasons.append(f"the dense op raised {type(e).__name__}: {_first_line(e)}")
             continue
         deterministic = _diff(again, ref) is None
         try:
+            _seeded(o.seed)
             out = info.op(conv[0], *conv[1], **conv[2])
         except NotImplementedError as e:
             return OpResult(name, UNSUPPORTED, f"{type(e).__name__}: {_first_line(e)}", judged)
         except Exception as e:
             return OpResult(name, ERROR, f"raised {type(e).__name__} where the dense op did not: {_first_line(e)}", judged)
         try:
-            d = _diff(_densify(out, to_plain), ref, values=deterministic)
+            d = _diff(_densify(out, to_plain), ref, values=deterministic, tol=o.tolerances)
         except Exception as e:
             return OpResult(name, ERROR, f"to_plain() of the result raised {type(e).__name__}: {_first_line(e)}", judged)
         if d:
             return OpResult(name, WRONG, f"sample {judged} ({_describe_sample(sample)}): {d}", judged)
-        if not deterministic and "random results: shapes and dtypes compared" not in notes:
-            notes.append("random results: shapes and dtypes compared")
         judged += 1
+        if not deterministic:
+            if RANDOM_NOTE not in notes:
+                notes.append(RANDOM_NOTE)
+            bwd = ""  # random results have no dense gradient to compare with
+            grad_mode = False
+        if grad_mode and bwd == PASS:
+            bad = _backward(conv, dense_args, ref, out, to_plain, o)
+            if bad is not None:
+                outcome, msg = bad
+                if outcome != UNSUPPORTED:
+                    return OpResult(name, outcome, msg, judged, outcome)
+                bwd = UNSUPPORTED
+                notes.append(msg)
     if judged == 0:
         why = reasons[0] if reasons else "OpInfo gave no sample"
         return OpResult(name, SKIP, f"no sample could be judged: {why}")
-    bwd = ""
-    if backward and info.supports_autograd and dtype.is_floating_point and not notes:
-        bwd = PASS
-        n = 0
-        for sample in info.sample_inputs(device, dtype, requires_grad=True):
-            if n >= max_samples:
-                break
-            n += 1
-            bad = _backward(info, sample, from_plain, to_plain, dtype)
-            if bad is not None:
-                outcome, msg = bad
-                if outcome == UNSUPPORTED:
-                    bwd = UNSUPPORTED
-                    notes.append(msg)
-                    break
-                return OpResult(name, outcome, msg, judged, outcome)
     return OpResult(name, PASS, "; ".join(notes), judged, bwd)
+
+
+RANDOM_NOTE = "random results: shapes and dtypes compared"
 
 
 def _describe_sample(sample) -> str:
@@ -364,11 +428,26 @@ def _describe_sample(sample) -> str:
     return ", ".join(parts)
 
 
-def sweep_op(info: Any, from_plain: Callable[[torch.Tensor], Any], *, to_plain: Callable[[Any], torch.Tensor] | None = None,
-             dtype: torch.dtype = torch.float32, device: str = "cpu", max_samples: int = 3,
-             backward: bool = True, timeout: float | None = 30.0) -> OpResult:
-    """Run one OpInfo entry through the subclass (see :func:`sweep_ops`); never raises for
-    the op's behaviour: every outcome is an :class:`OpResult`."""
+def sweep_op(info: Any, from_plain: Callable[[torch.Tensor], Any] | None = None, *,
+             to_plain: Callable[[Any], torch.Tensor] | None = None,
+             dtype: torch.dtype | Callable[[Any], torch.dtype | None] = torch.float32, device: str = "cpu",
+             max_samples: int = 3, backward: bool = True, timeout: float | None = 30.0,
+             lay_out: Callable[[list], list | None] | None = None, seed: int | None = None,
+             cotangent: str = "ones", tolerances: dict | None = None,
+             samples: Callable[[Any, Any], Any] | None = None) -> OpResult:
+    """Run one OpInfo entry through the subclass (see :func:`sweep_ops` for the arguments);
+    never raises for the op's behaviour: every outcome is an :class:`OpResult`.
+
+    Example:
+        >>> from subclass_kit.examples import TwoTensor
+        >>> sweep_op(opinfo_ops(["neg"])[0], TwoTensor.from_plain, max_samples=1).outcome
+        'pass'
+    """
+    if cotangent not in ("ones", "random"):
+        raise ValueError(f"sweep_op: cotangent must be 'ones' or 'random', got {cotangent!r}")
+    if from_plain is None and lay_out is None:
+        raise TypeError("sweep_op needs from_plain (dense -> instance) or lay_out (a sample's tensors -> instances)")
+    opts = _Options(lay_out, seed, cotangent, tolerances, samples)
     to_plain = to_plain or _default_to_plain
     name = _full_name(info)
     t0 = time.perf_counter()
@@ -377,7 +456,7 @@ def sweep_op(info: Any, from_plain: Callable[[torch.Tensor], Any], *, to_plain: 
         with deadline(timeout, f"op {name}"), torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             torch.manual_seed(0)
-            res = _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward)
+            res = _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward, opts)
     except CheckTimeout as e:
         res = OpResult(name, TIMEOUT, str(e))
     except Exception as e:  # the sweep's own machinery met something unexpected: say so
@@ -409,23 +488,48 @@ def _resolve_from_plain(from_plain):
     return from_plain, name
 
 
-def sweep_ops(from_plain: Callable[[torch.Tensor], Any], *, ops: Sequence[Any] | None = None,
-              to_plain: Callable[[Any], torch.Tensor] | None = None, dtype: torch.dtype = torch.float32,
+def sweep_ops(from_plain: Callable[[torch.Tensor], Any] | None = None, *, ops: Sequence[Any] | str | None = None,
+              to_plain: Callable[[Any], torch.Tensor] | None = None,
+              dtype: torch.dtype | Callable[[Any], torch.dtype | None] = torch.float32,
               device: str = "cpu", max_samples: int = 3, backward: bool = True, timeout: float | None = 30.0,
-              on_result: Callable[[OpResult], Any] | None = None, subject: Any = None) -> OpSweep:
+              on_result: Callable[[OpResult], Any] | None = None, subject: Any = None,
+              lay_out: Callable[[list], list | None] | None = None, seed: int | None = None,
+              cotangent: str = "ones", tolerances: dict | None = None,
+              samples: Callable[[Any, Any], Any] | None = None) -> OpSweep:
     """Run torch's OpInfo database through a wrapper subclass; say per op whether it is right.
 
     Args:
         from_plain: a class with a ``from_plain(dense)`` classmethod, or any callable that
             turns a dense tensor into an instance (``functools.partial`` binds a layout:
             ``partial(ShardedTensor.from_plain, mesh=mesh, placements=[Shard(0)])``).
-        ops: OpInfo names to run (a list or a comma-separated string); default: all.
-        to_plain: instance -> dense tensor; default: the instance's ``to_plain()``.
-        dtype, device: the samples' dtype and device (default float32 on CPU).
+        ops: OpInfo names to run (a list or a comma-separated string), or OpInfo entries
+            themselves (a list of them: run exactly those, in that order); default: all.
+        to_plain: instance -> dense tensor; default: the instance's ``to_plain()``. It may
+            communicate (a distributed class gathers); every rank calls it alike.
+        dtype, device: the samples' dtype and device (default float32 on CPU); ``dtype`` may
+            be a callable ``OpInfo -> dtype`` (None: skip the op) to pick one per op.
+        lay_out: instead of ``from_plain``, a per-sample hook: given every tensor of a
+            sample (primary input first, any dtype), it returns their replacements (one per
+            tensor: an instance, or the tensor to keep it dense), or None when the layout
+            does not apply to the sample (it is skipped). A distributed class uses it to
+            choose placements per operand (shard one operand, make one ``Partial``, ...).
+        seed: seed torch's RNG with it before the dense call and before the subject's, so
+            random ops are compared by value (default None: random results are compared by
+            shape and dtype only, and not run backward).
+        cotangent: ``"ones"`` (default) backpropagates ones from every differentiable
+            output; ``"random"`` backpropagates a fixed random weighting (seeded with
+            ``seed``) of the floating outputs through ``to_plain``, which catches gradients
+            that are right in sum but misplaced.
+        tolerances: ``{dtype: (rtol, atol)}`` replacing torch's default tolerances for those
+            result dtypes (a distributed reduction sums in another order).
+        samples: ``(OpInfo, sample iterator) -> iterable`` choosing which of an op's samples
+            are tried (``lambda info, it: itertools.islice(it, 1)``: only the first, judged
+            or skipped); ``max_samples`` still caps the judged ones.
         max_samples: samples judged per op (the first ones OpInfo yields).
         backward: also compare input gradients for ops whose forward passed.
         timeout: seconds per op (None or 0: no limit); a hang becomes a ``timeout`` outcome.
-        on_result: called with each :class:`OpResult` as soon as it is known.
+        on_result: called with each :class:`OpResult` as soon as it is known (read a
+            per-op record there, such as which path the op took, and reset it).
         subject: the name in the summary (default: the class's).
 
     Returns:
@@ -438,11 +542,16 @@ def sweep_ops(from_plain: Callable[[torch.Tensor], Any], *, ops: Sequence[Any] |
         >>> [(r.op, r.outcome) for r in sweep.results]
         [('mul', 'pass'), ('neg', 'pass')]
     """
-    make, name = _resolve_from_plain(from_plain)
+    if from_plain is None and lay_out is not None:
+        make, name = None, getattr(lay_out, "__qualname__", "subject")
+    else:
+        make, name = _resolve_from_plain(from_plain)
     sweep = OpSweep(subject or name)
-    for info in opinfo_ops(ops):
+    infos = list(ops) if isinstance(ops, (list, tuple)) and ops and not isinstance(ops[0], str) else opinfo_ops(ops)
+    for info in infos:
         res = sweep_op(info, make, to_plain=to_plain, dtype=dtype, device=device, max_samples=max_samples,
-                       backward=backward, timeout=timeout)
+                       backward=backward, timeout=timeout, lay_out=lay_out, seed=seed, cotangent=cotangent,
+                       tolerances=tolerances, samples=samples)
         sweep.results.append(res)
         if on_result is not None:
             on_result(res)
