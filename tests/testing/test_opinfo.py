@@ -172,6 +172,13 @@ def test_twotensor_stays_right_on_the_ops_the_sweep_once_found_wrong():
     assert all(r.backward == "pass" for r in sweep.results if r.op in ("fft.hfft", "linalg.eigvals"))
 
 
+def test_an_op_torch_flags_nondeterministic_is_compared_by_shape_and_dtype_only():
+    # new_empty_strided returns uninitialized memory; two dense runs can agree by chance.
+    res = sweep_ops(TwoTensor, ops="new_empty_strided", max_samples=3, backward=False).results[0]
+    assert res.outcome == "pass", res
+    assert "random results: shapes and dtypes compared" in res.message, res
+
+
 @pytest.mark.slow
 def test_a_wider_sweep_on_the_exemplars_finds_no_wrong_result():
     # Bounded for CI: TwoTensor (map_inner, the widest reach) on every 8th OpInfo, the other
