@@ -247,3 +247,15 @@ def test_opinfo_prints_coverage_and_writes_it_to_json_and_markdown(tmp_path):
     assert bad.returncode == 2 and "--ops selects OpInfo ops and needs --opinfo" in bad.stderr
     typo = run("check", "subclass_kit.examples:TwoTensor", "--opinfo", "--ops", "nge", "--backend", "eager")
     assert typo.returncode == 2 and "no OpInfo named 'nge'" in typo.stderr, typo.stderr
+
+
+def test_opinfo_with_no_target_reports_coverage_for_every_exemplar():
+    from subclass_kit.cli import builtin_targets
+
+    names = [obj.__name__ for _, obj in builtin_targets()]
+    assert "ShardedTensor" in names  # distributed exemplars are swept too (from_plain on MeshRef.local())
+    r = run("check", "--opinfo", "--ops", "neg,mm", "--only", "opinfo", "--backend", "eager")
+    assert r.returncode == 0, r.stdout + r.stderr
+    coverage = r.stdout.split("OpInfo coverage:\n", 1)[1]
+    for name in names:
+        assert f"\n  {name}: 2 of 2 ops pass" in "\n" + coverage, (name, coverage)

@@ -159,6 +159,32 @@ class ShardedTensor(WrapperTensor):
         """The dense global tensor (``full_tensor()``; a collective on a multi-rank mesh)."""
         return self.full_tensor()
 
+    @classmethod
+    def from_plain(cls, t: torch.Tensor, mesh: MeshLike | None = None,
+                   placements: Sequence[Placement] | None = None) -> "ShardedTensor":
+        """The checker's OpInfo hook: ``t`` as a ShardedTensor on ``mesh`` (default: the
+        one-rank ``MeshRef.local()``, which needs no process group) with ``placements``
+        (default ``[Shard(0)]``, or ``[Replicate()]`` for a 0-d tensor). On a one-rank mesh
+        the shard is ``t`` itself; on a larger mesh use ``distribute``.
+
+        Raises:
+            ValueError: a mesh of more than one rank (this rank holds only its shard).
+
+        Example:
+            >>> import torch
+            >>> ShardedTensor.from_plain(torch.arange(4.)).to_plain()
+            tensor([0., 1., 2., 3.])
+        """
+        ref = MeshRef.local() if mesh is None else mesh_ref(mesh)
+        if len(ref.ranks) != 1:
+            raise ValueError(
+                f"ShardedTensor.from_plain: a mesh of {len(ref.ranks)} ranks; from_plain places the "
+                "whole tensor on a one-rank mesh. Use distribute(t, mesh, placements) to shard it."
+            )
+        if placements is None:
+            placements = [Shard(0)] if t.dim() else [Replicate()]
+        return cls.from_local(t, ref, placements)
+
     @property
     def device_mesh(self) -> DeviceMesh:
         """torch's ``DeviceMesh`` for this tensor's mesh."""
