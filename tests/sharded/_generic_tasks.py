@@ -244,6 +244,45 @@ def embeddings(backend: str) -> dict:
     return res
 
 
+def group_norms(backend: str) -> dict:
+    """group_norm with the batch sharded: per-sample statistics, so values and gradients equal
+    dense with no gather, eager and compiled; a channel shard is gathered by the rule."""
+    F = torch.nn.functional
+    mesh = _mesh()
+    g = torch.Generator().manual_seed(26)
+    D = torch.randn(4, 6, 5, generator=g)
+    Wt, B = torch.randn(6, generator=g), torch.randn(6, generator=g)
+
+    def fn(t, w, b):
+        return F.group_norm(t, 3, w, b)
+
+    d, dw, db = (a.clone().requires_grad_(True) for a in (D, Wt, B))
+    ref = fn(d, dw, db)
+    (ref * ref).sum().backward()
+    res = {}
+    for lname, pl in {"Shard(0)": [Shard(0)], "Shard(1)": [Shard(1)]}.items():
+        gathered_ops().clear()
+        x = distribute(D, mesh, pl).requires_grad_(True)
+        w, b = (distribute(a, mesh, [Replicate()]).requires_grad_(True) for a in (Wt, B))
+        out = fn(x, w, b)
+        close(out.full_tensor(), ref.detach(), msg=f"group_norm {lname}")
+        (out * out).sum().backward()
+        for got, want, what in ((x, d, "input"), (w, dw, "weight"), (b, db, "bias")):
+            close(got.grad.full_tensor(), want.grad, msg=f"{what} grad, group_norm {lname}")
+        res[lname] = (repr(out.placements), sorted(map(str, gathered_ops())))
+        torch._dynamo.reset()
+        cnt = CompileCounterWithBackend(backend)
+        x2 = distribute(D, mesh, pl).requires_grad_(True)
+        w2, b2 = (distribute(a, mesh, [Replicate()]).requires_grad_(True) for a in (Wt, B))
+        c = torch.compile(lambda t, u, v: (fn(t, u, v) ** 2).sum(), backend=cnt, fullgraph=True)(x2, w2, b2)
+        close(c.full_tensor(), (ref.detach() ** 2).sum(), msg=f"compiled group_norm {lname}")
+        c.backward()
+        for got, want, what in ((x2, d, "input"), (w2, dw, "weight"), (b2, db, "bias")):
+            close(got.grad.full_tensor(), want.grad, msg=f"compiled {what} grad, group_norm {lname}")
+        res[f"frames {lname}"] = cnt.frame_count
+    return res
+
+
 def random_ops() -> dict:
     """Random ops without a rule: Replicate is equal on every rank; a shard is the dense
     op's value for it under the same seed."""

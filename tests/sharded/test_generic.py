@@ -99,3 +99,10 @@ def test_embedding_keeps_shards():
         assert r[f"R table, Shard(0) ids pad={pad}"][0] == "(Shard(0),)"  # the indices' shard
         assert r[f"Shard(0) table pad={pad}"][0] == "(Partial('sum'),)"  # vocab-parallel
         assert r[f"Shard(1) table pad={pad}"][0] == "(Shard(2),)"
+
+
+def test_group_norm_keeps_a_batch_shard():
+    r = world(2).run(_generic_tasks.group_norms, "aot_eager", timeout=TIMEOUT)[0]
+    assert r["Shard(0)"] == ("(Shard(0),)", [])  # per-sample statistics: no communication
+    assert r["Shard(1)"][1] == []  # a channel shard is gathered by the rule, not the fallback
+    assert r["frames Shard(0)"] == r["frames Shard(1)"] == 1

@@ -1,4 +1,5 @@
-"""Normalizations over trailing dims (``layer_norm``, ``rms_norm``) and their backward.
+"""Normalizations over trailing dims (``layer_norm``, ``rms_norm``) and their backward, and
+``group_norm`` (per-sample statistics) with its backward.
 
 Each op is one entry of ``_NORMS``: which arguments are activations (the input's shape),
 statistics (the input's shape with the normalized dims kept as 1), parameters (the
@@ -22,7 +23,7 @@ from ..tensor import ShardedTensor, placements_of, spec
 from ... import _compat
 from ._common import TensorMeta, aten, fast_plan, global_meta, move, move_plain, planned, spec_of, wrap_out
 
-__all__ = ["normalize"]
+__all__ = ["normalize", "group_normalize"]
 
 
 class _Norm(NamedTuple):
@@ -93,6 +94,52 @@ def normalize(func, types, args, kwargs):
             new[i] = move(a, target)
         elif isinstance(a, torch.Tensor):
             new[i] = move_plain(a, mesh, coord, target)
+    res = func(*new, **kwargs)
+    return tuple(
+        None if r is None else wrap_out(r, m, mesh, pl, coord) if type(m) is TensorMeta else r
+        for r, m, pl in zip(res, meta, outs)
+    )
+
+
+# ---- group_norm: statistics per sample and group, so a batch shard needs no communication ---
+_GROUP = {
+    # op: (activation positions, statistic positions, parameter positions, N position, results)
+    aten.native_group_norm.default: ((0,), (), (1, 2), 3, ("act", "stat", "stat")),
+    aten.native_group_norm_backward.default: ((0, 1), (2, 3), (4,), 5, ("act", "grad", "grad")),
+}
+
+
+def _decide_group(func, args, kwargs):
+    acts, stats, params, _, kinds = _GROUP[func]
+    mesh, coord = spec_of(func, args, kwargs)
+    x = args[acts[-1]]
+    cur = placements_of(x) if type(x) is ShardedTensor else (Replicate(),) * mesh.ndim
+    rows = tuple(p if p.is_shard(0) else Replicate() for p in cur)
+    whole = (Replicate(),) * mesh.ndim
+    grads = tuple(Partial("sum") if p.is_shard() else Replicate() for p in rows)
+    moves = tuple((i, rows) for i in (*acts, *stats)) + tuple((i, whole) for i in params)
+    outs = tuple({"act": rows, "stat": rows, "grad": grads}[k] for k in kinds)
+    return global_meta(func, args, kwargs), moves, outs, mesh, coord
+
+
+_group_plan = planned(_decide_group)
+
+
+@ShardedTensor.implements(*_GROUP)
+def group_normalize(func, types, args, kwargs):
+    """Group norm of each rank's samples (a shard of the batch stays, no communication); a
+    shard of another dim is gathered first; the weight and bias gradients are
+    ``Partial('sum')`` over the mesh dims that shard the batch."""
+    meta, moves, outs, mesh, coord = _group_plan(func, args, kwargs)
+    new = list(args)
+    for i, target in moves:
+        a = args[i]
+        if type(a) is ShardedTensor:
+            new[i] = move(a, target)
+        elif isinstance(a, torch.Tensor):
+            new[i] = move_plain(a, mesh, coord, target)
+    n_at = _GROUP[func][3]
+    new[n_at] = new[_GROUP[func][0][-1]].shape[0]  # N: this rank's samples
     res = func(*new, **kwargs)
     return tuple(
         None if r is None else wrap_out(r, m, mesh, pl, coord) if type(m) is TensorMeta else r
