@@ -283,6 +283,42 @@ def group_norms(backend: str) -> dict:
     return res
 
 
+def mse_losses(backend: str) -> dict:
+    """mse_loss of two operands on the same placements: one local op (a Partial sum when
+    reduced over shards); values and gradients of both equal dense, eager and compiled."""
+    F = torch.nn.functional
+    mesh = _mesh()
+    g = torch.Generator().manual_seed(27)
+    A, B = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
+    res = {}
+    for red in ("mean", "sum", "none"):
+        def fn(a, b, red=red):
+            return F.mse_loss(a, b, reduction=red)
+
+        da, db = A.clone().requires_grad_(True), B.clone().requires_grad_(True)
+        ref = fn(da, db)
+        (ref * ref).sum().backward()
+        for lname, pl in {"Shard(0)": [Shard(0)], "Shard(1)": [Shard(1)], "Replicate()": [Replicate()]}.items():
+            gathered_ops().clear()
+            a, b = (distribute(t, mesh, pl).requires_grad_(True) for t in (A, B))
+            out = fn(a, b)
+            close(out.full_tensor(), ref.detach(), msg=f"mse {red} {lname}")
+            (out * out).sum().backward()
+            close(a.grad.full_tensor(), da.grad, msg=f"grad mse {red} {lname}")
+            close(b.grad.full_tensor(), db.grad, msg=f"target grad mse {red} {lname}")
+            res[f"{red} {lname}"] = (repr(out.placements), sorted(map(str, gathered_ops())))
+            torch._dynamo.reset()
+            cnt = CompileCounterWithBackend(backend)
+            a2, b2 = (distribute(t, mesh, pl).requires_grad_(True) for t in (A, B))
+            c = torch.compile(lambda t, u: (fn(t, u) ** 2).sum(), backend=cnt, fullgraph=True)(a2, b2)
+            close(c.full_tensor(), (ref.detach() ** 2).sum(), msg=f"compiled mse {red} {lname}")
+            c.backward()
+            close(a2.grad.full_tensor(), da.grad, msg=f"compiled grad mse {red} {lname}")
+            close(b2.grad.full_tensor(), db.grad, msg=f"compiled target grad mse {red} {lname}")
+            res[f"frames {red} {lname}"] = cnt.frame_count
+    return res
+
+
 def random_ops() -> dict:
     """Random ops without a rule: Replicate is equal on every rank; a shard is the dense
     op's value for it under the same seed."""

@@ -106,3 +106,15 @@ def test_group_norm_keeps_a_batch_shard():
     assert r["Shard(0)"] == ("(Shard(0),)", [])  # per-sample statistics: no communication
     assert r["Shard(1)"][1] == []  # a channel shard is gathered by the rule, not the fallback
     assert r["frames Shard(0)"] == r["frames Shard(1)"] == 1
+
+
+def test_mse_loss_on_equal_placements_is_one_local_op():
+    r = world(2).run(_generic_tasks.mse_losses, "aot_eager", timeout=TIMEOUT)[0]
+    for key, v in r.items():
+        if key.startswith("frames"):
+            assert v == 1, key
+            continue
+        assert v[1] == [], key
+    assert r["none Shard(0)"][0] == "(Shard(0),)" and r["none Shard(1)"][0] == "(Shard(1),)"
+    assert r["mean Shard(0)"][0] == r["sum Shard(1)"][0] == "(Partial('sum'),)"
+    assert r["mean Replicate()"][0] == "(Replicate(),)"

@@ -25,7 +25,6 @@ _DECOMPOSED = (
     aten.dot.default, aten.vdot.default, aten.mv.default, aten.addmv.default,
     aten.baddbmm.default, aten.addr.default,
     # losses with their reductions, and their backward
-    aten.mse_loss.default, aten.mse_loss_backward.default,
     aten.binary_cross_entropy.default, aten.binary_cross_entropy_backward.default,
     aten.huber_loss.default, aten.huber_loss_backward.default,
     aten.smooth_l1_loss.default, aten.smooth_l1_loss_backward.default,
