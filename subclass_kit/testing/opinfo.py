@@ -288,7 +288,7 @@ def _seeded(seed):
         torch.manual_seed(seed)
 
 
-def _backward(conv, ref_args, ref, out, to_plain, o):
+def _backward(conv, ref_args, ref, out, dense_out, to_plain, o):
     """None when the input gradients of the forward just judged (``out`` of ``conv``, ``ref``
     of ``ref_args``) match the dense ones; else ``(outcome, message)``."""
     ins, ref_ins = _grad_leaves(conv), _grad_leaves(ref_args)
@@ -303,14 +303,17 @@ def _backward(conv, ref_args, ref, out, to_plain, o):
     except Exception:
         return None  # the dense backward itself fails: nothing to judge
     try:
-        outs = [t for t in _tensors(out) if t.requires_grad and (o.cotangent == "ones" or t.is_floating_point())]
+        # dense_out: the forward's densified result, reused so a gathering to_plain runs once.
+        pairs = [(t, d) for t, d in zip(_tensors(out), _tensors(dense_out))
+                 if t.requires_grad and (o.cotangent == "ones" or t.is_floating_point())]
+        outs = [t for t, _ in pairs]
         if len(outs) != len(ref_outs):
             return WRONG, f"backward: {len(outs)} differentiable outputs, the dense op has {len(ref_outs)}"
         if o.cotangent == "ones":
             grads = torch.autograd.grad(outs, ins, [torch.ones_like(t) for t in outs], allow_unused=True)
         else:
             # The weighted sum of the densified outputs: to_plain's own backward is part of it.
-            loss = sum(((to_plain(t) if _is_wrapped(t) else t) * w).sum() for t, w in zip(outs, weights))
+            loss = sum((d * w).sum() for (_, d), w in zip(pairs, weights))
             grads = torch.autograd.grad(loss, ins, allow_unused=True)
     except NotImplementedError as e:
         return UNSUPPORTED, f"backward: {type(e).__name__}: {_first_line(e)}"
@@ -391,7 +394,8 @@ def _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward,
         except Exception as e:
             return OpResult(name, ERROR, f"raised {type(e).__name__} where the dense op did not: {_first_line(e)}", judged)
         try:
-            d = _diff(_densify(out, to_plain), ref, values=deterministic, tol=o.tolerances)
+            dense_out = _densify(out, to_plain)
+            d = _diff(dense_out, ref, values=deterministic, tol=o.tolerances)
         except Exception as e:
             return OpResult(name, ERROR, f"to_plain() of the result raised {type(e).__name__}: {_first_line(e)}", judged)
         if d:
@@ -403,7 +407,7 @@ def _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward,
             bwd = ""  # random results have no dense gradient to compare with
             grad_mode = False
         if grad_mode and bwd == PASS:
-            bad = _backward(conv, dense_args, ref, out, to_plain, o)
+            bad = _backward(conv, dense_args, ref, out, dense_out, to_plain, o)
             if bad is not None:
                 outcome, msg = bad
                 if outcome != UNSUPPORTED:
