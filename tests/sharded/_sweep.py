@@ -72,13 +72,25 @@ def _classes(impl_name: str):
     return DTensor, Shard, Replicate, Partial, {"stride": None}
 
 
+# Each laid-out operand's dense value, taken once by to_plain for the engine's reference
+# inputs (no gather: the values are what the locals were cut from); results gather.
+_HELD: dict = {}
+
+
+def _to_plain(t):
+    held = _HELD.pop(id(t), None)
+    return held[1] if held is not None and held[0] is t else t.full_tensor()
+
+
 def _lay_out_fn(impl_name: str, mesh, layout: str):
     cls, Shard, Replicate, Partial, extra = _classes(impl_name)
     rank, world = dist.get_rank(), dist.get_world_size()
 
     def local(t, pl, d):
         kw = {"stride": torch.empty(t.shape, device="meta").stride()} if "stride" in extra else {}
-        return cls.from_local(d, mesh, [pl], shape=tuple(t.shape), **kw)
+        x = cls.from_local(d, mesh, [pl], shape=tuple(t.shape), **kw)
+        _HELD[id(x)] = (x, t.clone())
+        return x
 
     def lay_out(tensors: list):
         # Locals cut from the sample every rank generated alike (seeded): no communication
@@ -151,8 +163,9 @@ def sweep(names, impl_name: str = "kit", layouts=("R", "S", "P"), max_samples: i
         # the world's own timeout bounds a hang.
         sweep_ops(lay_out=_lay_out_fn(impl_name, mesh, layout), ops=infos, dtype=_dtype, max_samples=max_samples,
                   backward=backward, timeout=None, seed=_SEED, cotangent="random", tolerances=_TOLERANCES,
-                  to_plain=lambda t: t.full_tensor(), on_result=record(layout),
+                  to_plain=_to_plain, on_result=record(layout),
                   samples=lambda info, it: itertools.islice(it, max_samples))
+    _HELD.clear()
     for rec in out.values():
         for k in ("gathered", "gathered_with_rule", "whole"):
             rec[k] = sorted(rec[k])
