@@ -306,6 +306,19 @@ def move_plain(t: torch.Tensor, mesh, coord, target: tuple) -> torch.Tensor:
     return redistribute_local(t, mesh, coord, (Replicate(),) * len(target), target, t.shape)
 
 
+def move_args(args, moves, mesh, coord) -> list:
+    """``args`` with each ``(position, target)`` of ``moves`` moved: a ShardedTensor's local
+    redistributed, a plain tensor taken as Replicate and cut to ``target``."""
+    new = list(args)
+    for i, target in moves:
+        a = args[i]
+        if type(a) is ShardedTensor:
+            new[i] = move(a, target)
+        elif isinstance(a, torch.Tensor):
+            new[i] = move_plain(a, mesh, coord, target)
+    return new
+
+
 def wrap_out(local, meta: TensorMeta, mesh, placements, coord) -> ShardedTensor:
     """Wrap a local result with its global metadata."""
     return wrap(local, mesh, placements, coord, meta.shape, meta.stride, meta.dtype, meta.offset)

@@ -20,7 +20,7 @@ import torch
 
 from ..placements import Partial, Replicate
 from ..tensor import ShardedTensor, placements_of
-from ._common import TensorMeta, aten, global_meta, move, move_plain, planned, spec_of, wrap_out
+from ._common import TensorMeta, aten, global_meta, move, move_args, planned, spec_of, wrap_out
 
 __all__ = ["nll_loss"]
 
@@ -60,13 +60,7 @@ _BACKWARD = {aten.nll_loss_backward.default, aten.nll_loss2d_backward.default}
 def nll_loss(func, types, args, kwargs):
     """The loss on each rank's rows; see the module docstring for the rule."""
     meta, moves, outs, mesh, coord, sharded = _plan(func, args, kwargs)
-    new = list(args)
-    for i, target in moves:
-        a = args[i]
-        if type(a) is ShardedTensor:
-            new[i] = move(a, target)
-        elif isinstance(a, torch.Tensor):
-            new[i] = move_plain(a, mesh, coord, target)
+    new = move_args(args, moves, mesh, coord)
     if func in _FORWARD and sharded and args[3] == _MEAN:
         total_sum, total = func(new[0], new[1], new[2], _SUM, *new[4:])
         # One scalar all-reduce: the global total weight, then each rank's share of the mean.

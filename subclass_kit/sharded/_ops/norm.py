@@ -21,7 +21,7 @@ import torch
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of, spec
 from ... import _compat
-from ._common import TensorMeta, aten, fast_plan, global_meta, move, move_plain, planned, spec_of, wrap_out
+from ._common import TensorMeta, aten, fast_plan, global_meta, move_args, planned, spec_of, wrap_out
 
 __all__ = ["normalize", "group_normalize"]
 
@@ -87,13 +87,7 @@ def normalize(func, types, args, kwargs):
     meta, moves, outs, mesh, coord, fast = _plan(func, args, kwargs)
     if fast is not None:
         return fast(args)
-    new = list(args)
-    for i, target in moves:
-        a = args[i]
-        if type(a) is ShardedTensor:
-            new[i] = move(a, target)
-        elif isinstance(a, torch.Tensor):
-            new[i] = move_plain(a, mesh, coord, target)
+    new = move_args(args, moves, mesh, coord)
     res = func(*new, **kwargs)
     return tuple(
         None if r is None else wrap_out(r, m, mesh, pl, coord) if type(m) is TensorMeta else r
@@ -131,13 +125,7 @@ def group_normalize(func, types, args, kwargs):
     shard of another dim is gathered first; the weight and bias gradients are
     ``Partial('sum')`` over the mesh dims that shard the batch."""
     meta, moves, outs, mesh, coord = _group_plan(func, args, kwargs)
-    new = list(args)
-    for i, target in moves:
-        a = args[i]
-        if type(a) is ShardedTensor:
-            new[i] = move(a, target)
-        elif isinstance(a, torch.Tensor):
-            new[i] = move_plain(a, mesh, coord, target)
+    new = move_args(args, moves, mesh, coord)
     n_at = _GROUP[func][3]
     new[n_at] = new[_GROUP[func][0][-1]].shape[0]  # N: this rank's samples
     res = func(*new, **kwargs)
