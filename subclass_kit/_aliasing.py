@@ -18,6 +18,7 @@ from typing import Any
 from . import _compat
 from . import _instance_state
 from .ctx import _DTYPE, CTX_ATTR
+from .errors import HandlerResultError
 
 __all__ = ["OpAliasing", "FUNCTIONAL", "plan", "correct_aliasing", "returns_input", "written_args", "wrap_like", "rewrap", "wrap_aliased"]
 
@@ -166,7 +167,7 @@ def _adopt_view(func, x, view):
         if a is None or a is b:
             continue
         if b is None or a.untyped_storage()._cdata != b.untyped_storage()._cdata:
-            raise RuntimeError(
+            raise HandlerResultError(
                 f"{type(x).__name__}: the handler of {func} returned a result whose inner tensor {n!r} "
                 "is not a view of the input's: an in-place view op can only re-describe the same "
                 "data. Return a view of each inner tensor, or raise UnsupportedOpError."

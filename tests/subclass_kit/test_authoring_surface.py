@@ -129,3 +129,45 @@ def test_a_class_keeps_its_own_make():
     assert type(OwnMakeChild.make(1)) is OwnMakeChild
     x = OwnMake.__kit__.make((torch.ones(2),), ctx_of(OwnMake.make(1)), (2,), (1,))
     assert type(x) is OwnMake and x.payload.tolist() == [1.0, 1.0]
+
+
+class Viewed(WrapperTensor):
+    """A wrapper whose in-place view handlers return the out-of-place view (the pattern
+    docs/authoring.md describes): ``t_`` re-describes the data, ``squeeze_`` is planted wrong
+    (it returns a copy)."""
+
+    payload: torch.Tensor = inner()
+    turns: int = meta(default=0)
+
+
+@Viewed.implements(aten.t_.default)
+def _viewed_t_(func, types, args, kwargs):
+    x = args[0]
+    v = x.payload.t()
+    ctx = Viewed.make_ctx(dtype=v.dtype, turns=Viewed.ctx_reader("turns")(x) + 1)
+    return Viewed.correct_aliasing(func, args, kwargs, Viewed.make((v,), ctx, v.shape, v.stride()))
+
+
+@Viewed.implements(aten.squeeze_.dim)
+def _viewed_squeeze_copy(func, types, args, kwargs):
+    x = args[0]
+    v = x.payload.squeeze(args[1]).clone()  # moved data: no in-place view
+    return Viewed.correct_aliasing(func, args, kwargs, Viewed.make((v,), ctx_of(x), v.shape, v.stride()))
+
+
+def test_an_inplace_view_handler_may_return_the_out_of_place_view():
+    x = Viewed(torch.arange(6.0).view(2, 3))
+    base = x.payload
+    assert x.t_() is x
+    assert tuple(x.shape) == (3, 2) and x.stride() == (1, 3)
+    assert Viewed.ctx_reader("turns")(x) == 1
+    # The inner tensor was re-described in place: same object, same storage, transposed.
+    assert x.payload is base and torch.equal(x.payload, torch.arange(6.0).view(2, 3).t())
+
+
+def test_an_inplace_view_handler_that_moves_data_is_refused():
+    from subclass_kit.errors import HandlerResultError
+
+    x = Viewed(torch.ones(1, 3))
+    with pytest.raises(HandlerResultError, match=r"Viewed: the handler of aten\.squeeze_\.dim .*'payload' is not a view"):
+        x.squeeze_(0)
