@@ -47,8 +47,70 @@ def _reduce_op(op, where: str) -> str:
     return name
 
 
+# gloo carries float32/64, float16, bfloat16, int8, uint8, int32, int64 and bool ("Invalid
+# scalar type" for the rest, raised at the wait); NCCL has no int16/uint16 either. The other
+# dtypes travel as one that is carried: the ops that only move bytes (gather, all-to-all,
+# broadcast) as a same-size view, bit-exact and still pending; the reductions in a wider
+# dtype and back, which waits at once (the cast back needs the data). Integer wrap-around
+# is the dense op's: the sum of int16 shards in int64, cast back, wraps as int16 adds do.
+_FLOAT8 = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz") if hasattr(torch, n))
+_MOVE_AS = {torch.int16: torch.float16, torch.uint16: torch.float16, torch.uint32: torch.int32,
+            torch.uint64: torch.int64, **{d: torch.uint8 for d in _FLOAT8}}
+_REDUCE_AS = {torch.int16: torch.int64, torch.uint16: torch.int64, torch.uint32: torch.int64,
+              torch.uint64: torch.int64, **{d: torch.float32 for d in _FLOAT8}}
+_COMPLEX = (torch.complex64, torch.complex128)  # gloo's all_to_all refuses them
+_MOVES = (_all_gather, _all_to_all, _broadcast)
+
+
+def _off_wire(fn, dtype) -> bool:
+    return dtype in _MOVE_AS or (fn is _all_to_all and dtype in _COMPLEX)
+
+
+def _issue_as(where: str, group: GroupRef, fn, t: torch.Tensor, rest: tuple):
+    """``_issue`` for a dtype the backend does not carry (see ``_MOVE_AS``)."""
+    dtype = t.dtype
+    if fn in _MOVES:
+        if dtype in _COMPLEX:
+            wire, back = torch.view_as_real(t), torch.view_as_complex
+        else:
+            wire, back = t.view(_MOVE_AS[dtype]), (lambda o: o.view(dtype))
+        if _tracing():
+            return back(_wait_op(fn(wire, *rest)))
+        what = _what(where, group)
+        try:
+            out = fn(wire, *rest)
+        except RuntimeError as e:
+            raise CollectiveError(f"{what} could not be issued: {e}") from e
+        # The view shares the native output's buffer: pending until that buffer's wait.
+        return AsyncCollectiveTensor.from_parts((back(out),), _pending=Pending(out, what))
+    op = rest[0]
+    if op == "avg":
+        raise CollectiveArgumentError(
+            f"subclass_kit.collectives.{where}: reduce op 'avg' on a {dtype} tensor; an average of "
+            f"integers or float8 has no dtype of its own. Reduce with 'sum' and divide, in a "
+            f"float dtype (t.float())."
+        )
+    if dtype == torch.uint64:
+        # Same width: sum/product/bitwise ops are the same bits in int64 (mod 2**64); for
+        # max/min, flipping the top bit maps unsigned order onto signed order.
+        flip = op in ("max", "min")
+        wire = t.view(torch.int64)
+        wire = wire ^ _TOP_BIT if flip else wire
+        out = _issue(where, group, fn, wire.contiguous(), *rest)
+        out = out.trigger_wait() if isinstance(out, AsyncCollectiveTensor) else out
+        return (out ^ _TOP_BIT if flip else out).view(dtype)
+    out = _issue(where, group, fn, t.to(_REDUCE_AS[dtype]), *rest)
+    out = out.trigger_wait() if isinstance(out, AsyncCollectiveTensor) else out
+    return out.to(dtype)
+
+
+_TOP_BIT = -(2**63)
+
+
 def _issue(where: str, group: GroupRef, fn, *args):
     """Run the native op; in eager wrap its output as a pending AsyncCollectiveTensor."""
+    if _off_wire(fn, args[0].dtype):
+        return _issue_as(where, group, fn, args[0], args[1:])
     if _tracing():
         return _wait_op(fn(*args))
     what = _what(where, group)

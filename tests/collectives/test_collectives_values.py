@@ -177,3 +177,89 @@ def _check_group_forms(backend: str):
 def test_group_forms(backend):
     res = world(3).run(_check_group_forms, backend)
     assert "subgroup" in res[0] and "subgroup" not in res[1] and "subgroup" in res[2]
+
+
+# ---- dtypes the backend does not carry ---------------------------------------------------
+# gloo moves no int16/uint16/uint32/uint64/float8 (nor complex through all_to_all): the kit
+# sends them as a carried dtype. Values are chosen to be awkward: the int16 -1 and 0x7E01 are
+# float16 NaN bit patterns (a gather must not touch them), uint64 values above 2**63 order
+# differently as int64, and the int16 sum wraps.
+_ODD_DTYPES = ["int16", "uint16", "uint32", "uint64", "float8_e4m3fn", "complex64"]
+
+
+def _odd_input(dtype: torch.dtype, rank: int) -> torch.Tensor:
+    base = torch.arange(12).reshape(4, 3) + 5 * rank
+    if dtype == torch.int16:
+        return torch.tensor([-1, 0x7E01, 30000, -30000, 7, 0x7C00], dtype=torch.int16).repeat(2).reshape(4, 3) + rank
+    if dtype == torch.uint64:
+        # (uint64 has no add kernel: built in int64; odd positions get the top bit set)
+        return (base * 3 + (base % 2) * (rank - 2**63)).view(torch.uint64)
+    if dtype.is_floating_point:
+        return (base / 4).to(dtype)
+    if dtype.is_complex:
+        return torch.complex(base.float(), -base.float()).to(dtype)
+    return (base * 4000).to(dtype)
+
+
+def _odd_reduce(xs, op: str, dtype: torch.dtype) -> torch.Tensor:
+    # The dense meaning: elementwise in the dtype's own arithmetic (uint64 compared as unsigned).
+    if dtype == torch.uint64:
+        vals = [[int(v) % 2**64 for v in x.view(torch.int64).flatten().tolist()] for x in xs]
+        f = {"sum": lambda a, b: (a + b) % 2**64, "max": max, "min": min}[op]
+        out = vals[0]
+        for v in vals[1:]:
+            out = [f(a, b) for a, b in zip(out, v)]
+        return torch.tensor([o - 2**64 if o >= 2**63 else o for o in out]).view(torch.uint64).reshape(xs[0].shape)
+    wide = torch.float32 if dtype.is_floating_point else torch.int64
+    stacked = torch.stack([x.to(wide) for x in xs])
+    r = {"sum": stacked.sum(0), "max": stacked.amax(0), "min": stacked.amin(0)}[op]
+    return r.to(dtype)
+
+
+def _check_odd_dtypes(backend: str, names: list) -> dict:
+    n, rank = dist.get_world_size(), dist.get_rank()
+    out = {}
+    for name in names:
+        dtype = getattr(torch, name)
+        xs = [_odd_input(dtype, r) for r in range(n)]
+        x = xs[rank]
+        cases = {
+            "all_gather dim0": (lambda t: kit.all_gather_tensor(t, 0), torch.cat(xs, 0)),
+            "all_gather dim1": (lambda t: kit.all_gather_tensor(t, 1), torch.cat(xs, 1)),
+            "all_to_all": (lambda t: kit.all_to_all_single(t, None, None), ref_all_to_all(xs, [[4 // n] * n] * n, rank)),
+            "broadcast": (lambda t: kit.broadcast(t, n - 1), xs[n - 1]),
+        }
+        if not dtype.is_complex:
+            for op in ("sum", "max", "min"):
+                want = _odd_reduce(xs, op, dtype)
+                cases[f"all_reduce {op}"] = (lambda t, op=op: kit.all_reduce(t, op), want)
+                cases[f"reduce_scatter {op}"] = (lambda t, op=op: kit.reduce_scatter_tensor(t, op, 0), want.chunk(n)[rank])
+        for label, (fn, want) in cases.items():
+            f = (lambda t, fn=fn: kit.wait_tensor(fn(t)))
+            if backend != "eager":
+                torch._dynamo.reset()
+                counter = CompileCounterWithBackend(backend)
+                f = torch.compile(f, backend=counter, fullgraph=True)
+            got = f(x)
+            assert got.dtype == dtype, (name, label, got.dtype)
+            # Bit-exact: compare the bytes, so NaN patterns and -0.0 count too.
+            same = torch.equal(got.contiguous().view(torch.uint8), want.contiguous().view(torch.uint8))
+            assert same, f"{backend} {name} {label}: got {got}, want {want}"
+            out[f"{name} {label}"] = counter.frame_count if backend != "eager" else "ok"
+    # avg of integers has no dtype of its own: a named error, before anything is sent.
+    try:
+        kit.all_reduce(_odd_input(torch.int16, rank), "avg")
+    except kit.CollectiveArgumentError as e:
+        out["int16 avg"] = str(e)
+    return out
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_dtypes_gloo_does_not_carry_travel_bit_exact(backend):
+    # Compiled: two dtypes (a view on the wire and a widened one) keep the test cheap.
+    names = _ODD_DTYPES if backend == "eager" else ["int16", "uint64"]
+    results = world(2).run(_check_odd_dtypes, backend, names, timeout=300)
+    r = results[0]
+    assert "int16" in r["int16 avg"] and "'sum'" in r["int16 avg"]
+    if backend != "eager":
+        assert all(v == 1 for k, v in r.items() if k != "int16 avg"), r
