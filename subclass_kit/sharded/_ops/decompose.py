@@ -34,6 +34,14 @@ _DECOMPOSED = (
     aten._prelu_kernel.default, aten._prelu_kernel_backward.default,
     aten.rsub.Tensor, aten.floor_divide.default,
     aten.masked_fill.Tensor, aten.trace.default,
+    # batch norm: the statistics are sums over the batch and spatial dims, so a shard there
+    # costs an all-reduce of per-channel sums (see reduction.moments), a channel shard nothing
+    aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
+    aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_no_training.default,
+    aten._native_batch_norm_legit_functional.default,
+    aten._batch_norm_with_update.default, aten._batch_norm_with_update_functional.default,
+    aten._batch_norm_no_update.default,
+    aten.native_batch_norm_backward.default, aten.batch_norm_backward.default,
 )
 
 

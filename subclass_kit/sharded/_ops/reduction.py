@@ -8,6 +8,9 @@ through a reduction of the same kind (a sum of sums); otherwise it is reduced fi
 
 ``softmax``/``log_softmax`` (and their backward) act locally along an unsharded dim and
 gather a sharded one first.
+
+``var``/``std`` (and ``*_mean``) over a sharded dim are two such sums -- the mean's, then the
+squared deviations' from it -- each all-reduced at the result's size: the rows never move.
 """
 
 from __future__ import annotations
@@ -17,10 +20,11 @@ import math
 import torch
 
 from ..placements import Partial, Replicate, Shard
-from ..tensor import ShardedTensor, placements_of, spec
+from ..tensor import ShardedTensor, placements_of, relayout, spec
+from .indexing import along_dims, reduction_rule
 from ._common import aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
 
-__all__ = ["reduce", "softmax_like"]
+__all__ = ["reduce", "softmax_like", "moments"]
 
 _KIND = {
     aten.sum.default: "sum", aten.sum.dim_IntList: "sum",
@@ -163,3 +167,57 @@ def softmax_like(func, types, args, kwargs):
         for a in args
     ]
     return wrap_out(func(*new, **kwargs), meta, mesh, pl, coord)
+
+
+# ---- variance and standard deviation over a sharded dim: two sums, no gather ---------------
+_MOMENTS = {
+    aten.var.correction: ("var",),
+    aten.std.correction: ("std",),
+    aten.var_mean.correction: ("var", "mean"),
+    aten.std_mean.correction: ("std", "mean"),
+}
+
+
+def _moments_apply(x, dims) -> bool:
+    """Whether the two-sum form applies: a real floating ShardedTensor sharded on a reduced
+    dim, with no pending reduction (a variance is not linear in a Partial's operands)."""
+    if type(x) is not ShardedTensor or not x.dtype.is_floating_point:
+        return False
+    pl = placements_of(x)
+    return not any(p.is_partial() for p in pl) and any(p.is_shard() and p.dim in dims for p in pl)
+
+
+@ShardedTensor.implements(*_MOMENTS)
+def moments(func, types, args, kwargs):
+    """``var``/``std`` (and ``*_mean``) reducing a sharded dim, as the mean's sum and the sum
+    of squared deviations from it: each a local sum and an all-reduce of the *result-sized*
+    ``Partial`` -- the rows never move (the along-dims rule would gather them). Results are
+    laid out as the along-dims rule lays them out (the reduced shards become Replicate), so
+    every rank holds the same statistics. Other layouts take the along-dims rule."""
+    x = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    keepdim = kwargs.get("keepdim", False)
+    nd = x.dim()
+    dims = sorted(range(nd) if dim is None or (isinstance(dim, (list, tuple)) and not dim)
+                  else {d % nd for d in (dim if isinstance(dim, (list, tuple)) else (dim,))})
+    if not _moments_apply(x, dims):
+        return along_dims(func, types, args, kwargs)
+    correction = kwargs.get("correction")
+    correction = 1 if correction is None else correction
+    n = math.prod(x.shape[d] for d in dims)
+    cur = placements_of(x)
+    kept = tuple(Replicate() if p.is_shard() and p.dim in dims else p for p in cur)
+    # The mean, made whole along the reduced dims once: the deviations and the caller use it.
+    mean = relayout(aten.sum.dim_IntList(x, dims, True) / n, kept)
+    dev = x - mean
+    var = aten.sum.dim_IntList(dev * dev, dims, keepdim) / max(0, n - correction)
+    out = tuple(Shard(p.dim - sum(d < p.dim for d in dims)) if p.is_shard() and not keepdim else p for p in kept)
+    var = relayout(var, out)
+    first = aten.sqrt.default(var) if _MOMENTS[func][0] == "std" else var
+    if len(_MOMENTS[func]) == 1:
+        return first
+    return first, (mean if keepdim else aten.squeeze.dims(mean, dims))
+
+
+for _f in _MOMENTS:
+    reduction_rule(_f)  # the along-dims rule's entry for these ops (derived from their schema)
