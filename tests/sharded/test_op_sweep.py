@@ -49,6 +49,35 @@ NO_GATHER = [
     "nn.functional.linear", "nn.functional.hardswish",
     "t", "transpose", "permute", "view", "reshape", "unsqueeze", "squeeze", "expand", "cat", "stack",
     "cumsum", "flip", "roll", "sort", "topk", "tril", "triu",
+    # independent along some dims (the ``independent`` family): pooling, interpolation, padding
+    "nn.functional.avg_pool1d", "nn.functional.avg_pool2d", "nn.functional.avg_pool3d",
+    "nn.functional.max_pool1d", "nn.functional.max_pool2d", "nn.functional.max_pool3d",
+    "max_pool2d_with_indices_backward", "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_avg_pool2d",
+    "nn.functional.adaptive_avg_pool3d", "nn.functional.adaptive_max_pool1d", "nn.functional.adaptive_max_pool2d",
+    "nn.functional.adaptive_max_pool3d", "nn.functional.max_unpool1d", "nn.functional.max_unpool1d.grad",
+    "nn.functional.max_unpool2d", "nn.functional.max_unpool2d.grad", "nn.functional.max_unpool3d",
+    "nn.functional.max_unpool3d.grad", "nn.functional.local_response_norm",
+    "nn.functional.interpolate.area", "nn.functional.interpolate.bicubic", "nn.functional.interpolate.bilinear",
+    "nn.functional.interpolate.linear", "nn.functional.interpolate.nearest", "nn.functional.interpolate.nearest-exact",
+    "nn.functional.interpolate.trilinear", "nn.functional.upsample_bilinear", "nn.functional.upsample_nearest",
+    "_upsample_bilinear2d_aa", "nn.functional.pad.reflect", "nn.functional.pad.replicate",
+    "nn.functional.pad.replicate_negative",
+    # ... fft over the untransformed dims
+    "fft.fft", "fft.fft2", "fft.fftn", "fft.hfft2", "fft.hfftn", "fft.ifft", "fft.ifft2", "fft.ifftn", "fft.ihfft",
+    "fft.ihfft2", "fft.ihfftn", "fft.irfft2", "fft.irfftn", "fft.rfft", "fft.rfft2", "fft.rfftn", "stft",
+    # ... batched linear algebra over the batch dims
+    "cholesky", "cholesky_inverse", "cholesky_solve", "geqrf", "linalg.cholesky", "linalg.cholesky_ex", "linalg.cond",
+    "linalg.det", "linalg.eig", "linalg.eigh", "linalg.eigvals", "linalg.eigvalsh", "linalg.inv", "linalg.inv_ex",
+    "linalg.ldl_factor", "linalg.ldl_factor_ex", "linalg.ldl_solve", "linalg.lu", "linalg.lu_factor",
+    "linalg.lu_factor_ex", "linalg.lu_solve", "linalg.matrix_rank", "linalg.matrix_rank.hermitian", "linalg.pinv",
+    "linalg.pinv.hermitian", "linalg.pinv.singular", "linalg.qr", "linalg.slogdet", "linalg.solve", "linalg.solve_ex",
+    "linalg.solve_triangular", "linalg.svd", "linalg.svdvals", "linalg.tensorinv", "linalg.tensorsolve", "logdet",
+    "lu", "lu_solve", "lu_unpack", "matrix_exp", "norm.nuc", "pca_lowrank", "pinverse", "qr", "svd", "svd_lowrank",
+    "triangular_solve",
+    # ... image ops over the batch, diagonals over the leading dims
+    "grid_sampler_2d", "grid_sampler_3d", "nn.functional.grid_sample", "nn.functional.channel_shuffle",
+    "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle", "nn.functional.unfold",
+    "diag_embed", "diagflat", "diagonal_scatter",
 ]
 
 CHUNK = 60
