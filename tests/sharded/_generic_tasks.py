@@ -30,11 +30,11 @@ def _mesh():
 # Ops without a rule (each gathers), with dense meaning, differentiable.
 def _fns():
     return {
-        "logdet of gram": lambda t: torch.logdet(t @ t.mT + torch.eye(t.shape[0])),
+        "cdist": lambda t: torch.cdist(t, t[:3] * 2),
         "trace": lambda t: torch.trace(t) * t[0],
         "kthvalue": lambda t: torch.kthvalue(t, 2, dim=1).values,
         "glu": lambda t: torch.nn.functional.glu(t, dim=1),
-        "det": lambda t: torch.linalg.det(t + 3 * torch.eye(t.shape[0])),
+        "pdist": lambda t: torch.nn.functional.pdist(t),
     }
 
 
