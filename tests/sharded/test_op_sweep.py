@@ -27,9 +27,6 @@ XFAIL: dict = {
     "resize_": "resizes the global tensor in place",
     "resize_as_": "resizes the global tensor in place",
     "to_sparse": "a sparse result: a ShardedTensor holds dense strided shards",
-    # gloo has no float8 collectives.
-    "torch._scaled_mm": "float8 operands: gloo cannot gather or reduce them",
-    "torch._scaled_mm_v2": "float8 operands: gloo cannot gather or reduce them",
     # The split points are read through the tensor's data pointer in C++, below dispatch.
     "tensor_split": "indices given as a ShardedTensor are read by data pointer",
 }
