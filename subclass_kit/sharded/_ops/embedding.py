@@ -10,10 +10,22 @@ Per mesh dim, by the weight's placement:
 - ``Shard(1)`` (the embedding dim): a local lookup, the result sharded on its last dim;
 - several mesh dims sharding the vocabulary: the weight is gathered first.
 
-The backward (``embedding_dense_backward``) keeps a shard of the indices and of the incoming
-gradient: each rank scatters its rows' gradients into a whole-size zero gradient, a
-``Partial('sum')``; otherwise (or with ``scale_grad_by_freq``, whose counts are global) it
-runs on whole operands.
+The backward (``embedding_dense_backward``), per mesh dim, with the indices whole unless said:
+
+- indices and incoming gradient sharded alike (not ``scale_grad_by_freq``, whose counts are
+  global): each rank scatters its rows' gradients into a whole-size zero gradient, a
+  ``Partial('sum')``;
+- the gradient sharded on its last dim (a ``Shard(1)`` table's): a ``Shard(1)`` gradient;
+- otherwise on whole operands, a ``Replicate`` gradient. (A ``Partial`` gradient is reduced
+  first: its size is the tokens', where a pending gradient of the table would be the
+  vocabulary's. DTensor keeps it ``Partial``.)
+
+The gradient of a ``Shard(0)`` (vocab-parallel) table looked up by whole indices arrives
+``Replicate`` (so does DTensor's): autograd saves only the indices and the row count for
+this op, so the table's placement is not visible to it. ``RowwiseParallel`` on an
+``nn.Embedding`` looks up the local shard and its gradient is ``Shard(0)``; for a table used
+directly, ``to_local``/``from_local`` around a local lookup do the same, or
+``redistribute(w.grad, w.mesh, w.placements)`` after backward (free: each rank keeps its rows).
 """
 
 from __future__ import annotations
@@ -88,11 +100,17 @@ def _decide_backward(func, args, kwargs):
     n = mesh.ndim
     gp, ip = _pl(g, n), _pl(idx, n)
     scale = args[4] if len(args) > 4 else kwargs.get("scale_grad_by_freq", False)
+    emb_dim = g.dim() - 1
     g_to, i_to, out = [], [], []
     for i in range(n):
-        q = ip[i]
-        if q.is_shard() and gp[i] == q and not scale:
+        p, q = gp[i], ip[i]
+        if q.is_shard() and p == q and not scale:
             g_to.append(q), i_to.append(q), out.append(Partial("sum"))
+        elif q.is_shard():
+            g_to.append(Replicate()), i_to.append(Replicate()), out.append(Replicate())
+        elif p.is_shard(emb_dim):
+            # A Shard(1) table's gradient: its columns come from the gradient's last dim.
+            g_to.append(p), i_to.append(Replicate()), out.append(Shard(1))
         else:
             g_to.append(Replicate()), i_to.append(Replicate()), out.append(Replicate())
     return global_meta(func, args, kwargs), tuple(g_to), tuple(i_to), tuple(out), mesh, coord

@@ -26,7 +26,10 @@ from ._common import TensorMeta, aligned, check_writable, aten, global_meta, mov
 
 __all__ = ["pointwise", "rule_for"]
 
-_ADDITIVE = {aten.add.Tensor, aten.sub.Tensor, aten.add_.Tensor, aten.sub_.Tensor}
+# copy_ counts as a sum of one term: a Partial destination takes a Partial source as is
+# (functionalization writes a mutated input back with copy_, e.g. a random fill of a
+# Partial under compile), and a replicated source as a zero-masked operand.
+_ADDITIVE = {aten.add.Tensor, aten.sub.Tensor, aten.add_.Tensor, aten.sub_.Tensor, aten.copy_.default}
 _SCALING = {
     aten.mul.Tensor, aten.mul_.Tensor, aten.mul.Scalar, aten.mul_.Scalar,
     aten.div.Tensor, aten.div_.Tensor, aten.div.Scalar, aten.div_.Scalar,
