@@ -208,16 +208,19 @@ def families(backend: str | None, names: list | None = None) -> dict:
 
 
 def random_consistency(backend: str) -> dict:
-    """dropout / bernoulli_ / normal_ / uniform_ under one ``torch.manual_seed`` on every
-    rank: a shard holds the dense op's values for it, Replicate is equal on every rank (the
-    ranks' locals are compared through a gather of plain tensors), a Partial target of a
-    fill gets the draw as a sum; eager, and compiled with ``backend`` (one frame per op)."""
+    """dropout / bernoulli_ / normal_ / uniform_ / rand*_like under one ``torch.manual_seed``
+    on every rank: a shard holds the dense op's values for it, Replicate is equal on every
+    rank (the ranks' locals are compared through a gather of plain tensors), a Partial target
+    of a fill gets the draw as a sum; eager, and compiled with ``backend`` (one frame per op)."""
     mesh = _mesh()
     ops = {
         "dropout": lambda t: F.dropout(t, 0.4),
         "bernoulli_": lambda t: t.bernoulli_(0.3),
         "normal_": lambda t: t.normal_(1.0, 2.0),
         "uniform_": lambda t: t.uniform_(-1, 1),
+        "rand_like": lambda t: torch.rand_like(t),
+        "randn_like": lambda t: torch.randn_like(t),
+        "randint_like": lambda t: torch.randint_like(t, 3, 9),
     }
     res = {}
     k = dist.get_world_size()

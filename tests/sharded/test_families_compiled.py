@@ -80,6 +80,8 @@ def test_random_ops_shard_like_dense_and_replicate_alike_eager_and_compiled():
             assert v == 1, key
     assert r["dropout S1"] == "(Shard(1),)" and r["normal_ S0"] == "(Shard(0),)"
     assert r["uniform_ P"] == "(Partial('sum'),)"
+    # rand_like & co. draw the dense op's values too (they drew each rank's local shape alike)
+    assert r["rand_like S0"] == "(Shard(0),)" and r["randn_like P"] == "(Replicate(),)"
 
 
 def test_int16_and_other_dtypes_gloo_does_not_carry_redistribute_bit_exact():

@@ -1,4 +1,5 @@
 """Factories from a ShardedTensor: ``*_like`` and ``new_*`` (autograd and optimizers use them).
+(``rand_like`` and the other random ones are in ``random``: they draw as the dense op does.)
 
 A fresh value is whole on every rank, so a result is never Partial: ``zeros_like`` of a
 Partial tensor is Replicate. ``new_*`` with the tensor's own global shape keeps its
@@ -21,7 +22,7 @@ def _no_partial(pl) -> tuple:
 
 @ShardedTensor.implements(
     aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default,
-    aten.full_like.default, aten.rand_like.default, aten.randn_like.default,
+    aten.full_like.default,
 )
 def like_factory(func, types, args, kwargs):
     """Same layout as the input (Partial becomes Replicate)."""

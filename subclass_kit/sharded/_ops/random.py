@@ -10,8 +10,13 @@ CPU generator, which cannot skip ahead: the draw costs a dense tensor's worth of
 numbers on each rank, never communication. So dropout under SequenceParallel keeps its
 shard and matches dense.
 
-One entry per op in ``_RANDOM``: the fill ops write a fresh draw into their first operand
-(its values are not read), the others compute on it.
+The fill ops write a fresh draw into their first operand (its values are not read); the
+``*_like`` ops draw a new tensor laid out as their operand (a Partial one's result is
+Replicate, as for the other factories); dropout and ``bernoulli(p=)`` compute on theirs.
+
+Under ``torch.compile`` the draws are the same with ``aot_eager`` (the graph calls the same
+ops on the same generator); inductor generates its own random numbers, for dense tensors and
+DTensor alike, unless ``torch._inductor.config.fallback_random = True``.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from ..tensor import ShardedTensor, placements_of, spec
 from ._common import check_writable, global_meta, spec_of, wrap_out
 from .generic import computed_whole
 
-__all__ = ["random_fill", "dropout"]
+__all__ = ["random_fill", "random_like", "dropout"]
 
 aten = torch.ops.aten
 
@@ -54,6 +59,27 @@ def random_fill(func, types, args, kwargs):
     # Partial('sum'): the value on the first rank, zeros elsewhere (sums to the draw).
     x.local.copy_(_mine(whole, x))
     return x
+
+
+_LIKE = tuple(
+    getattr(op, name)
+    for op, names in ((aten.rand_like, ("default", "generator")), (aten.randn_like, ("default", "generator")),
+                      (aten.randint_like, ("default", "low_dtype", "generator", "low_generator_dtype")))
+    for name in names if hasattr(op, name)
+)
+
+
+@ShardedTensor.implements(*_LIKE)
+def random_like(func, types, args, kwargs):
+    """Draw a whole tensor of the operand's global shape, keep this rank's part (a shard holds
+    the dense op's values for it; Replicate is equal on every rank)."""
+    x = args[0]
+    mesh, pl, coord = spec(x)
+    meta = global_meta(func, args, kwargs)
+    whole = func(torch.empty(tuple(x.shape), dtype=x.dtype, device=x.local.device), *args[1:], **kwargs)
+    out_pl = tuple(p.settled() for p in pl)
+    mine = redistribute_local(whole, mesh, coord, (Replicate(),) * len(pl), out_pl, x.shape)
+    return wrap_out(mine, meta, mesh, out_pl, coord)
 
 
 @ShardedTensor.implements(aten.native_dropout.default, aten.bernoulli.p)
