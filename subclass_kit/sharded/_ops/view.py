@@ -436,13 +436,27 @@ def as_strided(func, types, args, kwargs):
     offset = x.storage_offset() if offset is None else offset
     if size == tuple(x.shape) and stride == tuple(x.stride()) and offset == x.storage_offset():
         return aten.alias.default(x)
+    local_view = _as_local_offset_view(x, size, stride, offset)
+    if local_view is not None:
+        return local_view
     ops = _as_view_ops(tuple(x.shape), tuple(x.stride()), x.storage_offset(), size, stride, offset)
     if ops is None:
         diag = _as_diagonal(tuple(x.shape), tuple(x.stride()), x.storage_offset(), size, stride, offset)
         if diag is not None:
             return aten.diagonal.default(x, *diag)
+    out = _apply_view_ops(x, ops or ())
+    if ops is None or (tuple(out.shape), tuple(out.stride()), out.storage_offset()) != (size, stride, offset):
+        if _is_reshape(x, size, stride, offset):
+            # A flatten or an unflatten of a compact tensor (how AOTAutograd regenerates a
+            # view(-1) output): the view rule, which keeps the shards it can.
+            return aten.view.default(x, list(size))
+        return _as_strided_whole(func, args, kwargs, x, size, stride, offset)
+    return out
+
+
+def _apply_view_ops(x, ops):
     out = x
-    for op in ops or ():
+    for op in ops:
         if op[0] == "slice":
             out = aten.slice.Tensor(out, *op[1:])
         elif op[0] == "select":
@@ -451,12 +465,41 @@ def as_strided(func, types, args, kwargs):
             out = aten.permute.default(out, op[1])
         else:
             out = aten.unsqueeze.default(out, op[1])
-    if ops is None or (tuple(out.shape), tuple(out.stride()), out.storage_offset()) != (size, stride, offset):
-        if _is_reshape(x, size, stride, offset):
-            # A flatten or an unflatten of a compact tensor (how AOTAutograd regenerates a
-            # view(-1) output): the view rule, which keeps the shards it can.
-            return aten.view.default(x, list(size))
-        return _as_strided_whole(func, args, kwargs, x, size, stride, offset)
+    return out
+
+
+def _as_local_offset_view(x, size, stride, offset):
+    """The view AOTAutograd asks for when the offset it passes is the traced output's *local*
+    one -- ShardedTensor's unflatten takes the outer offset from the local shard, so that is
+    what a traced output reports -- while ``x`` (a runtime input) reports the global one.
+    The two differ when the local is laid out unlike the global tensor (a shard of a dim
+    other than the first). The local offset is read as a position in ``x``'s local, taken to
+    the same position of the global tensor, replayed as view ops there, and kept only if the
+    view's local offset is the one asked for. None when the layouts agree or nothing fits."""
+    loc = x.local
+    if tuple(loc.stride()) == tuple(x.stride()) and loc.storage_offset() == x.storage_offset():
+        return None
+    if not all(type(v) is int for v in (offset, loc.storage_offset(), *loc.shape, *loc.stride())):
+        return None
+    delta = offset - loc.storage_offset()
+    if delta <= 0:
+        return None
+    start = [0] * loc.dim()
+    for d in sorted((d for d in range(loc.dim()) if loc.size(d) > 1), key=lambda d: -loc.stride(d)):
+        if loc.stride(d) <= 0:
+            return None
+        q = min(delta // loc.stride(d), loc.size(d) - 1)
+        start[d] = q
+        delta -= q * loc.stride(d)
+    if delta != 0:
+        return None
+    glob = x.storage_offset() + sum(i * st for i, st in zip(start, x.stride()))
+    ops = _as_view_ops(tuple(x.shape), tuple(x.stride()), x.storage_offset(), size, stride, glob)
+    if ops is None:
+        return None
+    out = _apply_view_ops(x, ops)
+    if (tuple(out.shape), tuple(out.stride()), out.local.storage_offset()) != (size, stride, offset):
+        return None
     return out
 
 
