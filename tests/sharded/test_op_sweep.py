@@ -74,7 +74,7 @@ NO_GATHER = [
     # ... image ops over the batch, diagonals over the leading dims
     "grid_sampler_2d", "grid_sampler_3d", "nn.functional.grid_sample", "nn.functional.channel_shuffle",
     "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle", "nn.functional.unfold",
-    "diag_embed", "diagflat", "diagonal_scatter",
+    "diag_embed", "diagflat", "diagonal_scatter", "fft.hfft", "fft.irfft", "istft", "imag", "view_as_complex",
 ]
 
 CHUNK = 60

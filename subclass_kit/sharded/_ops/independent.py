@@ -43,6 +43,9 @@ _SEQ = (list, tuple)
 class _Rule(NamedTuple):
     split: Callable  # (args, kwargs) -> (independent dims, positions of the carrying operands)
     fix: Callable | None = None  # (local args, kept dims) -> the args for the locals
+    # result -> the argument it is computed from alone (a solve's LU of A): Replicate when
+    # that argument is used whole
+    follows: tuple = ()
 
 
 # ---- the independent dims, as functions of the arguments ------------------------------------
@@ -129,6 +132,32 @@ def _diagonals(dims_at: int, at: tuple):
 _DIAG_DEFAULTS = {1: (-2, -1), 2: (0, 1)}
 
 
+def _untouched(values_at: int | None = None):
+    """The dims before the indexed ones of ``_unsafe_index`` / ``_unsafe_index_put`` (what
+    compiled interpolation and its backward become): with adjacent indexed dims the result
+    keeps those leading dims in place. The index tensors are used whole."""
+
+    def split(args, kwargs):
+        x, idx = args[0], args[1]
+        used = [i for i, t in enumerate(idx) if t is not None]
+        if not used:
+            return (), ()
+        if used != list(range(used[0], used[-1] + 1)):
+            return (), ()  # apart, the indexed dims move to the front
+        at: tuple = (0,)
+        if values_at is not None:
+            v = args[values_at]
+            if not isinstance(v, torch.Tensor):
+                return (), ()
+            block = len(torch.broadcast_shapes(*[tuple(idx[i].shape) for i in used]))
+            if v.dim() != x.dim() - len(used) + block:
+                return (), ()  # values broadcast from fewer dims: not aligned with self's
+            at = (0, values_at)
+        return tuple(range(used[0])), at
+
+    return split
+
+
 def _local_input_size(args, kept):
     """An upsample backward's ``input_size`` (a global size list) with each kept dim's
     local size, as the local ``grad_output`` has it."""
@@ -194,8 +223,8 @@ _LINALG = {
     "linalg_lu_solve": _Rule(_batch(_M, _V, _M)),
     "lu_unpack": _Rule(_batch(_M, _V)),
     "linalg_solve_triangular": _Rule(_batch(_M, _M)),
-    "triangular_solve": _Rule(_batch(_M, _M)),
-    "_linalg_solve_ex": _Rule(_batch(_M, _solve_rhs)),
+    "triangular_solve": _Rule(_batch(_M, _M), follows=((1, 1),)),
+    "_linalg_solve_ex": _Rule(_batch(_M, _solve_rhs), follows=((1, 0), (2, 0), (3, 0))),
     "linalg_ldl_factor_ex": _Rule(_batch(_M)),
     "linalg_ldl_solve": _Rule(_batch(_M, _V, _M)),
     "linalg_matrix_exp": _Rule(_batch(_M)),
@@ -206,6 +235,8 @@ _OTHERS = {
     "_fft_r2c": _Rule(_fft),
     "_fft_c2c": _Rule(_fft),
     "_fft_c2r": _Rule(_fft),
+    "_unsafe_index.Tensor": _Rule(_untouched()),
+    "_unsafe_index_put": _Rule(_untouched(2)),
     "diag_embed": _Rule(_diagonals(2, (0,))),
     "diagonal_scatter": _Rule(_diagonals(3, (0, 1))),
     # (*, C r^2, H, W) <-> (*, C, H r, W r): the leading dims
@@ -263,7 +294,8 @@ def _decide(func, args, kwargs):
     mesh, coord = spec_of(func, args, kwargs)
     dims, at = rule.split(args, kwargs)
     meta = global_meta(func, args, kwargs)
-    metas = _results(meta)
+    whole_results = {r for r, i in rule.follows if i not in at}
+    metas = tuple(None if r in whole_results else m for r, m in enumerate(_results(meta)))
     operands = [args[i] for i in at if isinstance(args[i], torch.Tensor)]
     lay: list = []
     for m in range(mesh.ndim):
@@ -278,10 +310,11 @@ def _decide(func, args, kwargs):
     layout = tuple(lay)
     whole = (Replicate(),) * mesh.ndim
     moves = tuple((i, layout if i in at else whole) for i, a in enumerate(args) if isinstance(a, torch.Tensor))
-    # A result that does not have a kept dim is empty (checked by _carried): Replicate.
+    # A result that does not have a kept dim is empty (checked by _carried), or computed
+    # from whole arguments alone: Replicate.
     outs = tuple(
+        whole if m is None else
         tuple(p if p.is_replicate() or _has(m, p.shard_dim(), operands[0].shape) else Replicate() for p in layout)
-        if type(m) is TensorMeta else None
         for m in metas
     )
     kept = tuple(p.shard_dim() for p in layout if p.is_shard())
@@ -315,8 +348,11 @@ def independent(func, types, args, kwargs):
         kwargs = {**kwargs, "check_errors": False}
     meta, moves, outs, mesh, coord, kept = _plan(func, args, kwargs)
     new = move_args(args, moves, mesh, coord)
+    whole = (Replicate(),) * mesh.ndim
+    for i, a in enumerate(new):
+        if type(a) in _SEQ and any(type(b) is ShardedTensor for b in a):  # index tensors
+            new[i] = [move(b, whole) if type(b) is ShardedTensor else b for b in a]
     if kwargs:
-        whole = (Replicate(),) * mesh.ndim
         kwargs = {k: move(v, whole) if type(v) is ShardedTensor else v for k, v in kwargs.items()}
     rule = _RULES[func]
     if rule.fix is not None and kept:

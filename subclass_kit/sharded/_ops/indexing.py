@@ -178,7 +178,7 @@ _BY_POSITIONS = (
     aten.index.Tensor, aten.gather.default, aten.take_along_dim.default, aten.masked_select.default,
     aten.scatter.src, aten.scatter.value, aten.scatter_add.default, aten.scatter_reduce.two,
     aten.index_add.default, aten.index_copy.default, aten.index_fill.int_Scalar,
-    aten.index_put.default, aten._unsafe_index_put.default, aten.repeat.default,
+    aten.index_put.default, aten.repeat.default,
     aten.unfold_backward.default, aten.masked_scatter.default,
 )
 

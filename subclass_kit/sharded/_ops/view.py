@@ -31,7 +31,7 @@ from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of, sig_of, spec
 from ._common import TensorMeta, aten, global_meta, move, fast_plan, planned, spec_of, wrap_out
 
-__all__ = ["detach", "permute_like", "reshape_like", "expand", "along_dim", "diagonal"]
+__all__ = ["detach", "permute_like", "reshape_like", "expand", "along_dim", "diagonal", "complex_view"]
 
 
 def _release(x, dims) -> tuple:
@@ -175,6 +175,16 @@ def squeeze(func, types, args, kwargs):
     meta = global_meta(func, args, kwargs)
     pl = _shift(pl, lambda d: d - sum(g < d for g in gone))
     return _finish(func, args, kwargs, aten.squeeze.dims(local, gone), meta, pl, local is not x.local)
+
+
+@ShardedTensor.implements(aten.view_as_real.default, aten.view_as_complex.default)
+def complex_view(func, types, args, kwargs):
+    """``view_as_real`` (a new last dim of 2) keeps every shard and Partial;
+    ``view_as_complex`` gathers a shard of the last dim (the pairs it merges), keeps the rest."""
+    x = args[0]
+    local, pl = _release(x, {x.dim() - 1} if func is aten.view_as_complex.default else set())
+    meta = global_meta(func, args, kwargs)
+    return _finish(func, args, kwargs, func(local), meta, pl, local is not x.local)
 
 
 def _view_target(in_shape, out_shape, d):

@@ -1,0 +1,52 @@
+"""The ``independent`` rule family on a 2-rank gloo world: ops that never mix some dims keep
+a shard of those dims with no collective (channels of pooling, interpolation and padding, an
+fft's untransformed dims, a second batch dim of matrix ops, uneven over the ranks), gather a
+shard of a dim they work along, reduce a Partial first, forward and backward equal to dense,
+eagerly and compiled; a factorization failing in one rank's shard raises on every rank."""
+
+from __future__ import annotations
+
+import pytest
+
+from kit_helpers.harness import world
+
+from sharded import _independent_tasks
+
+pytestmark = pytest.mark.dist
+
+TIMEOUT = 300.0
+
+
+def test_independent_dims_keep_the_shard_eager():
+    results = world(2).run(_independent_tasks.eager, timeout=TIMEOUT)
+    assert results[0] == results[1]
+    for name, (_, _, kept, along) in _independent_tasks.CASES.items():
+        on_kept = results[0][f"{name} Shard({kept})"]
+        # The shard of a dim the op never mixes stays, with no collective (but the check of
+        # a factorization's info) and no fallback.
+        comms = 1 if name in _independent_tasks.CHECKED else 0
+        assert on_kept == {"placements": f"(Shard({kept}),)", "comms": comms, "gathered": []}, name
+        # A shard of a dim it works along (and a Partial) is made whole first, by the rule.
+        for other in (f"Shard({along})", "Partial('sum')"):
+            got = results[0][f"{name} {other}"]
+            assert got["comms"] > 0 and got["gathered"] == [], (name, other, got)
+
+
+def test_independent_dims_compiled_aot_eager():
+    results = world(2).run(_independent_tasks.compiled, "aot_eager", timeout=TIMEOUT)
+    assert results[0] == results[1]
+    for chain in ("image", "linalg"):
+        assert results[0][chain] == {"frames": 1, "placements": "(Shard(1),)", "gathered": []}, chain
+
+
+@pytest.mark.slow
+def test_independent_dims_compiled_inductor():
+    results = world(2).run(_independent_tasks.compiled, "inductor", ("image",), timeout=TIMEOUT * 2)
+    assert results[0]["image"] == {"frames": 1, "placements": "(Shard(1),)", "gathered": []}
+
+
+def test_factorization_errors_raise_on_every_rank():
+    results = world(2).run(_independent_tasks.errors_on_every_rank, timeout=TIMEOUT)
+    assert results[0] == results[1]
+    # Each op's dense form raises on this batch; so does each rank.
+    assert set(results[0].values()) == {"raised"}, results[0]
