@@ -70,10 +70,10 @@ def _issue_as(where: str, group: GroupRef, fn, t: torch.Tensor, rest: tuple):
     """``_issue`` for a dtype the backend does not carry (see ``_MOVE_AS``)."""
     dtype = t.dtype
     if fn in _MOVES:
-        if dtype in _COMPLEX:
-            wire, back = torch.view_as_real(t), torch.view_as_complex
-        else:
-            wire, back = t.view(_MOVE_AS[dtype]), (lambda o: o.view(dtype))
+        def back(o: torch.Tensor) -> torch.Tensor:
+            return torch.view_as_complex(o) if dtype in _COMPLEX else o.view(dtype)
+
+        wire = torch.view_as_real(t) if dtype in _COMPLEX else t.view(_MOVE_AS[dtype])
         if _tracing():
             return back(_wait_op(fn(wire, *rest)))
         what = _what(where, group)
