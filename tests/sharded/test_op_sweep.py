@@ -75,6 +75,7 @@ NO_GATHER = [
     "grid_sampler_2d", "grid_sampler_3d", "nn.functional.grid_sample", "nn.functional.channel_shuffle",
     "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle", "nn.functional.unfold",
     "diag_embed", "diagflat", "diagonal_scatter", "fft.hfft", "fft.irfft", "istft", "imag", "view_as_complex",
+    "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate",
 ]
 
 CHUNK = 60

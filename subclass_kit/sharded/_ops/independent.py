@@ -20,7 +20,8 @@ inputs); a result that does not carry an independent dim is Replicate (an empty 
 ``svd`` without vectors). Ops that report failures in an ``info`` tensor run with
 ``check_errors=False`` and check the gathered ``info`` on every rank, so that a failing
 matrix on one rank raises on all of them instead of one rank raising alone and the others
-hanging in their next collective.
+hanging in their next collective. (``eigh``, ``eig`` and ``svd`` have no ``info``: their
+kernels raise on a matrix that does not converge -- NaN inputs -- on the rank holding it.)
 """
 
 from __future__ import annotations
@@ -132,25 +133,24 @@ def _diagonals(dims_at: int, at: tuple):
 _DIAG_DEFAULTS = {1: (-2, -1), 2: (0, 1)}
 
 
-def _untouched(values_at: int | None = None):
-    """The dims before the indexed ones of ``_unsafe_index`` / ``_unsafe_index_put`` (what
-    compiled interpolation and its backward become): with adjacent indexed dims the result
-    keeps those leading dims in place. The index tensors are used whole."""
+def _untouched(idx_at: int = 1, values_at: int | None = None, mask_at: int | None = None):
+    """The dims before the indexed ones of ``_unsafe_index`` / ``_unsafe_index_put`` and
+    their masked forms (what compiled interpolation, padding and grid sampling and their
+    backward become): with adjacent indexed dims the result keeps those leading dims in
+    place. The index tensors and a mask (over the indexed block) are used whole."""
 
     def split(args, kwargs):
-        x, idx = args[0], args[1]
+        x, idx = args[0], args[idx_at]
         used = [i for i, t in enumerate(idx) if t is not None]
-        if not used:
-            return (), ()
-        if used != list(range(used[0], used[-1] + 1)):
+        if not used or used != list(range(used[0], used[-1] + 1)):
             return (), ()  # apart, the indexed dims move to the front
+        block = len(torch.broadcast_shapes(*[tuple(idx[i].shape) for i in used]))
+        if mask_at is not None and args[mask_at].dim() > block:
+            return (), ()  # a mask with the leading dims: not whole-able
         at: tuple = (0,)
         if values_at is not None:
             v = args[values_at]
-            if not isinstance(v, torch.Tensor):
-                return (), ()
-            block = len(torch.broadcast_shapes(*[tuple(idx[i].shape) for i in used]))
-            if v.dim() != x.dim() - len(used) + block:
+            if not isinstance(v, torch.Tensor) or v.dim() != x.dim() - len(used) + block:
                 return (), ()  # values broadcast from fewer dims: not aligned with self's
             at = (0, values_at)
         return tuple(range(used[0])), at
@@ -236,7 +236,9 @@ _OTHERS = {
     "_fft_c2c": _Rule(_fft),
     "_fft_c2r": _Rule(_fft),
     "_unsafe_index.Tensor": _Rule(_untouched()),
-    "_unsafe_index_put": _Rule(_untouched(2)),
+    "_unsafe_index_put": _Rule(_untouched(values_at=2)),
+    "_unsafe_masked_index": _Rule(_untouched(2, mask_at=1)),
+    "_unsafe_masked_index_put_accumulate": _Rule(_untouched(2, values_at=3, mask_at=1)),
     "diag_embed": _Rule(_diagonals(2, (0,))),
     "diagonal_scatter": _Rule(_diagonals(3, (0, 1))),
     # (*, C r^2, H, W) <-> (*, C, H r, W r): the leading dims
