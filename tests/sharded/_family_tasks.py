@@ -284,25 +284,27 @@ def odd_dtypes(backend: str) -> dict:
 
 def sequence_parallel_block(backend: str) -> dict:
     """One compiled function across families, sequence-parallel style: x (batch, seq, dim)
-    sharded on the sequence dim -> layer_norm -> linear (Replicate weight) -> dropout (seeded) ->
-    softmax -> cross_entropy. Loss and every input's gradient equal eager's; eager equals
+    sharded on the sequence dim, plus an embedding of the sequence-sharded targets -> layer_norm
+    -> linear (Replicate weight) -> dropout (seeded) -> softmax -> cross_entropy. Loss and every input's gradient equal eager's; eager equals
     dense; one frame, and a second call with new values equals dense without a recompile."""
     mesh = _mesh()
 
     def make(seed):
         g = torch.Generator().manual_seed(seed)
         return [torch.randn(2, 8, 16, generator=g), torch.randn(16, generator=g), torch.randn(16, generator=g),
-                torch.randn(12, 16, generator=g), torch.randn(12, generator=g), torch.randint(12, (2, 8), generator=g)]
+                torch.randn(12, 16, generator=g), torch.randn(12, generator=g), torch.randint(12, (2, 8), generator=g),
+                torch.randn(12, 16, generator=g)]
 
-    def block(x, w_ln, b_ln, w, b, target):
-        h = F.layer_norm(x, (16,), w_ln, b_ln)
+    def block(x, w_ln, b_ln, w, b, target, table):
+        h = x + F.embedding(target, table)  # the indices' sequence shard: a local lookup
+        h = F.layer_norm(h, (16,), w_ln, b_ln)
         h = F.linear(h, w, b)
         h = F.dropout(h, 0.2)
         h = torch.softmax(h, -1) * 3.0
         return F.cross_entropy(h.flatten(0, 1), target.flatten())
 
-    layout = [S1, R, R, R, R, S1]
-    grads = (0, 1, 2, 3, 4)
+    layout = [S1, R, R, R, R, S1, R]
+    grads = (0, 1, 2, 3, 4, 6)
 
     def dense_ref(ins):
         d = [t.clone().requires_grad_(i in grads) for i, t in enumerate(ins)]
