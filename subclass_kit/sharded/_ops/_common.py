@@ -22,7 +22,7 @@ from ..tensor import ShardedTensor, describe, out_spec, spec, wrap
 
 __all__ = [
     "TensorMeta", "spec_of", "global_meta", "planned", "move", "move_plain", "wrap_out",
-    "aligned", "unsupported", "aten", "check_writable", "fast_plan", "on_locals",
+    "aligned", "unsupported", "aten", "check_writable", "fast_plan", "on_locals", "stays", "runner",
 ]
 
 aten = torch.ops.aten
@@ -94,21 +94,38 @@ def _sig(a, numbers_by_type: bool):
     return (t, a)
 
 
+# Argument types that enter a key as ``(type, value)`` (what ``_sig`` gives them) and are
+# never symbolic: checked inline by ``_key``, which runs on every op of a cached plan.
+_VALUES = frozenset({int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
+                     torch.memory_format})
+_NUMBERS = frozenset({int, float, bool})
+
+
 def _key(func, args, kwargs, numbers_by_type: bool):
-    # The common arguments (a ShardedTensor with its signature number, a number) inline:
-    # this is most of the per-op cost of a cached plan.
+    # The common arguments (a ShardedTensor with its signature number, a number, None, a
+    # dtype, a size list) inline, each giving what ``_sig`` would: this is most of the
+    # per-op cost of a cached plan.
     key = [func]
     for a in args:
         t = type(a)
         if t is ShardedTensor:
             s = a._sig
             key.append(s if s is not None else _sig(a, numbers_by_type))
-        elif numbers_by_type and (t is float or t is int or t is bool):
-            key.append(t)
+        elif t in _VALUES:
+            key.append(t if numbers_by_type and t in _NUMBERS else (t, a))
+        elif t is list and all([type(b) is int for b in a]):
+            key.append(("ints", *a))
         else:
             key.append(_sig(a, numbers_by_type))
     if kwargs:
-        key.append(tuple([(k, _sig(v, numbers_by_type)) for k, v in kwargs.items()]))
+        kw = []
+        for k, v in kwargs.items():
+            t = type(v)
+            if t in _VALUES:
+                kw.append((k, t if numbers_by_type and t in _NUMBERS else (t, v)))
+            else:
+                kw.append((k, _sig(v, numbers_by_type)))
+        key.append(tuple(kw))
         key.append(len(args))  # where the arguments end
     return tuple(key)
 
@@ -372,6 +389,37 @@ def on_locals(op, make, args):
     else:
         def run(args):
             return make(op(*[a.local if type(a) is ShardedTensor else a for a in args]))
+    return run
+
+
+def stays(a, target) -> bool:
+    """True when ``a`` needs no move to ``target``: a ShardedTensor already under it, a
+    plain tensor where ``target`` is all Replicate, or not a tensor."""
+    if type(a) is ShardedTensor:
+        return spec(a)[1] == target
+    return not isinstance(a, torch.Tensor) or all(p.is_replicate() for p in target)
+
+
+def runner(func, metas, mesh, outs, coord):
+    """``run(args)`` for an op with several results when no argument moves: the op on the
+    locals, each tensor result built from what the plan knows (``fast_plan`` per result;
+    None for a result that is None or not a tensor). None when a result cannot be built
+    that way (symbolic sizes)."""
+    makes = []
+    for m, pl in zip(metas, outs):
+        if type(m) is TensorMeta:
+            fp = fast_plan(func, m, mesh, pl, coord)
+            if fp is None:
+                return None
+            makes.append(fp[1])
+        else:
+            makes.append(None)
+    op, makes = _compat.fast_op(func), tuple(makes)
+
+    def run(args):
+        res = op(*[a.local if type(a) is ShardedTensor else a for a in args])
+        return tuple(None if r is None or mk is None else mk(r) for r, mk in zip(res, makes))
+
     return run
 
 

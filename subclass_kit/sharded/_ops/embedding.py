@@ -34,7 +34,7 @@ import torch
 
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of
-from ._common import aten, global_meta, move, move_plain, planned, spec_of, wrap_out
+from ._common import aten, fast_plan, global_meta, move, move_plain, on_locals, planned, spec_of, stays, wrap_out
 
 __all__ = ["embedding", "embedding_backward"]
 
@@ -67,7 +67,13 @@ def _decide_forward(func, args, kwargs):
         rows = Shard(0).local_shape(tuple(w.shape), k, c)[0]
         masked = (start, rows)
     meta = global_meta(func, args, kwargs)
-    return meta, tuple(w_to), tuple(i_to), tuple(out), mesh, coord, masked
+    w_to, i_to, out = tuple(w_to), tuple(i_to), tuple(out)
+    fast = None
+    if masked is None and not kwargs and stays(w, w_to) and stays(idx, i_to):
+        # Nothing moves (a Replicate table, the indices' shard kept): a local lookup.
+        fp = fast_plan(func, meta, mesh, out, coord)
+        fast = None if fp is None else on_locals(*fp, args)
+    return meta, w_to, i_to, out, mesh, coord, masked, fast
 
 
 _forward_plan = planned(_decide_forward)
@@ -76,7 +82,9 @@ _forward_plan = planned(_decide_forward)
 @ShardedTensor.implements(aten.embedding.default)
 def embedding(func, types, args, kwargs):
     """Look up each rank's indices in its part of the table; see the module docstring."""
-    meta, w_to, i_to, out, mesh, coord, masked = _forward_plan(func, args, kwargs)
+    meta, w_to, i_to, out, mesh, coord, masked, fast = _forward_plan(func, args, kwargs)
+    if fast is not None:
+        return fast(args)
     w, idx = args[0], args[1]
     lw = move(w, w_to) if type(w) is ShardedTensor else move_plain(w, mesh, coord, w_to)
     li = move(idx, i_to) if type(idx) is ShardedTensor else move_plain(idx, mesh, coord, i_to)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from .._layout import local_shape
 from ..placements import Partial, Replicate
 from ..tensor import ShardedTensor, spec
-from ._common import aten, global_meta, wrap_out
+from ._common import aten, fast_plan, global_meta, on_locals, planned, wrap_out
 
 __all__ = ["like_factory", "new_factory", "is_same_size"]
 
@@ -26,10 +26,26 @@ def _no_partial(pl) -> tuple:
 )
 def like_factory(func, types, args, kwargs):
     """Same layout as the input (Partial becomes Replicate)."""
-    x = args[0]
-    mesh, pl, coord = spec(x)
+    meta, pl, mesh, coord, fast = _like_plan(func, args, kwargs)
+    if fast is not None:
+        return fast(args)
+    return wrap_out(func(args[0].local, *args[1:], **kwargs), meta, mesh, pl, coord)
+
+
+def _like_decide(func, args, kwargs):
+    mesh, pl, coord = spec(args[0])
+    pl = _no_partial(pl)
     meta = global_meta(func, args, kwargs)
-    return wrap_out(func(x.local, *args[1:], **kwargs), meta, mesh, _no_partial(pl), coord)
+    fast = None
+    if not kwargs:
+        # dropout's empty_like, an optimizer's zeros_like: the op on the local, the result
+        # built from what the plan knows.
+        fp = fast_plan(func, meta, mesh, pl, coord)
+        fast = None if fp is None else on_locals(*fp, args)
+    return meta, pl, mesh, coord, fast
+
+
+_like_plan = planned(_like_decide)
 
 
 _NEW = {

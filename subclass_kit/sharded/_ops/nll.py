@@ -19,8 +19,10 @@ from __future__ import annotations
 import torch
 
 from ..placements import Partial, Replicate
+from .._redistribute import redistribute_local
 from ..tensor import ShardedTensor, placements_of
-from ._common import TensorMeta, aten, global_meta, move, move_args, planned, spec_of, wrap_out
+from ._common import (TensorMeta, aten, fast_plan, global_meta, move, move_args, on_locals, planned, runner,
+                      spec_of, stays, wrap_out)
 
 __all__ = ["nll_loss"]
 
@@ -48,7 +50,37 @@ def _decide(func, args, kwargs):
         moves = ((0, rows), (1, target_rows), (2, whole))
         out_pl = target_rows if reduction == _NONE else split
         outs = (out_pl, whole if reduction == _MEAN else split)
-    return meta, moves, outs, mesh, coord, any(p.is_shard() for p in rows)
+    sharded = any(p.is_shard() for p in rows)
+    fast = None
+    if not kwargs and all(stays(args[i], t) for i, t in moves):
+        # Nothing moves: the op on the locals, the results built from what the plan knows.
+        if backward:
+            fp = fast_plan(func, meta, mesh, outs[0], coord)
+            fast = None if fp is None else on_locals(*fp, args)
+        elif sharded and reduction == _MEAN:
+            fast = _mean_of_shards(func, meta, mesh, outs, coord)
+        else:
+            fast = runner(func, meta, mesh, outs, coord)
+    return meta, moves, outs, mesh, coord, sharded, fast
+
+
+def _mean_of_shards(func, meta, mesh, outs, coord):
+    """The sharded mean's fast path: each rank's sum, one scalar all-reduce of the total
+    weight, each rank's share of the mean (as the handler's general path)."""
+    fps = [fast_plan(func, m, mesh, pl, coord) for m, pl in zip(meta, outs)]
+    if any(fp is None for fp in fps):
+        return None
+    op, make_loss, make_total = fps[0][0], fps[0][1], fps[1][1]
+    split, whole = outs
+
+    def run(args):
+        local = [a.local if type(a) is ShardedTensor else a for a in args]
+        local[3] = _SUM
+        total_sum, total = op(*local)
+        total_all = redistribute_local(total, mesh, coord, split, whole, ())
+        return make_loss(total_sum / total_all), make_total(total_all)
+
+    return run
 
 
 _plan = planned(_decide)
@@ -59,7 +91,9 @@ _BACKWARD = {aten.nll_loss_backward.default, aten.nll_loss2d_backward.default}
 @ShardedTensor.implements(*_FORWARD, *_BACKWARD)
 def nll_loss(func, types, args, kwargs):
     """The loss on each rank's rows; see the module docstring for the rule."""
-    meta, moves, outs, mesh, coord, sharded = _plan(func, args, kwargs)
+    meta, moves, outs, mesh, coord, sharded, fast = _plan(func, args, kwargs)
+    if fast is not None:
+        return fast(args)
     new = move_args(args, moves, mesh, coord)
     if func in _FORWARD and sharded and args[3] == _MEAN:
         total_sum, total = func(new[0], new[1], new[2], _SUM, *new[4:])

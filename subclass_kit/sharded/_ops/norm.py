@@ -20,8 +20,7 @@ import torch
 
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of, spec
-from ... import _compat
-from ._common import TensorMeta, aten, fast_plan, global_meta, move_args, planned, spec_of, wrap_out
+from ._common import TensorMeta, aten, global_meta, move_args, planned, runner, spec_of, stays, wrap_out
 
 __all__ = ["normalize", "group_normalize"]
 
@@ -56,26 +55,10 @@ def _decide(func, args, kwargs):
     outs = tuple({"act": rows, "stat": rows, "grad": grads}[k] for k in rule.outs)
     meta = global_meta(func, args, kwargs)
     fast = None
-    if not kwargs and all(_stays(args[i], t) for i, t in moves):
+    if not kwargs and all(stays(args[i], t) for i, t in moves):
         # Nothing moves: the op on the locals, each result built from what the plan knows.
-        makes = [None if type(m) is not TensorMeta else fast_plan(func, m, mesh, pl, coord) for m, pl in zip(meta, outs)]
-        if all(mk is not None for mk, m in zip(makes, meta) if type(m) is TensorMeta):
-            fast = _runner(_compat.fast_op(func), tuple(None if mk is None else mk[1] for mk in makes))
+        fast = runner(func, meta, mesh, outs, coord)
     return meta, tuple(moves), outs, mesh, coord, fast
-
-
-def _stays(a, target) -> bool:
-    if type(a) is ShardedTensor:
-        return placements_of(a) == target
-    return not isinstance(a, torch.Tensor) or all(p.is_replicate() for p in target)
-
-
-def _runner(op, makes):
-    def run(args):
-        res = op(*[a.local if type(a) is ShardedTensor else a for a in args])
-        return tuple(None if r is None or mk is None else mk(r) for r, mk in zip(res, makes))
-
-    return run
 
 
 _plan = planned(_decide)

@@ -54,6 +54,11 @@ def random_fill(func, types, args, kwargs):
     if type(x) is not ShardedTensor or any(isinstance(a, torch.Tensor) for a in args[1:]):
         return computed_whole(func, types, args, kwargs)
     check_writable(func, args, kwargs, x)
+    local = x.local
+    if local.is_contiguous() and all(p.is_replicate() for p in placements_of(x)):
+        # The local is the whole tensor, laid out as the dense one: draw into it.
+        func(local, *args[1:], **kwargs)
+        return x
     whole = torch.empty(tuple(x.shape), dtype=x.dtype, device=x.local.device)
     func(whole, *args[1:], **kwargs)
     # Partial('sum'): the value on the first rank, zeros elsewhere (sums to the draw).
