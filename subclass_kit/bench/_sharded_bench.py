@@ -1,11 +1,15 @@
 """Eager per-op cost of the kit's ShardedTensor beside torch's DTensor, in one run.
 
 One rank (a 1-rank gloo group in a freshly started process, always reaped), a 16x16 float
-tensor under ``Replicate()`` and under ``Shard(0)`` (the right operand of ``mm`` is
-``Replicate()``), ops ``add``, ``mul``, ``mm``, ``view``, ``t``, ``sum``, ``detach``, ``var``,
-``layer_norm``, ``softmax``, ``mse_loss``. Every
-op is timed for the kit, DTensor and a plain tensor round-robin, so load hits them alike;
-``median over ops`` is the median of the kit's per-op ratios to DTensor (issue 12's figure).
+tensor ``x`` under ``Replicate()`` and under ``Shard(0)``, a 16x16 ``y`` under
+``Replicate()`` (the right operand of ``mm``, the table of ``embedding``) and 16 class
+indices ``i`` under ``x``'s placement (the targets of ``cross_entropy``/``nll_loss``, the
+indices of ``embedding``: a batch-sharded loss, a replicated table). Ops: ``add``, ``mul``,
+``mm``, ``view``, ``t``, ``sum``, ``detach``, and the families issue 20 names: ``var``,
+``std``, ``layer_norm``, ``softmax``, ``cross_entropy``, ``nll_loss``, ``embedding``,
+``dropout`` (training), ``mse_loss``. Every op is timed for the kit, DTensor and a plain
+tensor round-robin, so load hits them alike; ``median over ops`` is the median of the kit's
+per-op ratios to DTensor (issues 12 and 20's figure).
 """
 
 from __future__ import annotations
@@ -20,20 +24,25 @@ __all__ = ["OPS", "run"]
 _TIMEOUT = 600.0
 _KINDS = {"plain": "plain", "DTensor": "torch", "kit ShardedTensor": "kit"}
 
-#: The ops measured, each ``(x, y) -> result`` on tensors of one implementation.
+#: The ops measured, each ``(x, y, i) -> result`` on tensors of one implementation.
 OPS = {
-    "add": lambda x, y: x + x,
-    "mul": lambda x, y: x * x,
-    "mm": lambda x, y: x @ y,
-    "view": lambda x, y: x.view(-1),
-    "t": lambda x, y: x.t(),
-    "sum": lambda x, y: x.sum(),
-    "detach": lambda x, y: x.detach(),
-    # ops of the rule families found from torch's metadata and the norm/decomposition rules
-    "var": lambda x, y: x.var(1),
-    "layer_norm": lambda x, y: _F().layer_norm(x, (16,)),
-    "softmax": lambda x, y: x.softmax(1),
-    "mse_loss": lambda x, y: _F().mse_loss(x, x),
+    "add": lambda x, y, i: x + x,
+    "mul": lambda x, y, i: x * x,
+    "mm": lambda x, y, i: x @ y,
+    "view": lambda x, y, i: x.view(-1),
+    "t": lambda x, y, i: x.t(),
+    "sum": lambda x, y, i: x.sum(),
+    "detach": lambda x, y, i: x.detach(),
+    # ops of the rule families found from torch's metadata and the norm/loss/embedding rules
+    "var": lambda x, y, i: x.var(1),
+    "std": lambda x, y, i: x.std(1),
+    "layer_norm": lambda x, y, i: _F().layer_norm(x, (16,)),
+    "softmax": lambda x, y, i: x.softmax(1),
+    "cross_entropy": lambda x, y, i: _F().cross_entropy(x, i),
+    "nll_loss": lambda x, y, i: _F().nll_loss(x, i),
+    "embedding": lambda x, y, i: _F().embedding(i, y),
+    "dropout": lambda x, y, i: _F().dropout(x, 0.1),
+    "mse_loss": lambda x, y, i: _F().mse_loss(x, x),
 }
 
 
@@ -44,7 +53,7 @@ def _F():
 
 
 def _operands(quick: bool) -> dict:
-    """``{placement name: {impl: (x, y)}}`` on the current 1-rank group."""
+    """``{placement name: {impl: (x, y, i)}}`` on the current 1-rank group."""
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -57,13 +66,16 @@ def _operands(quick: bool) -> dict:
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(16, 16, generator=g), torch.randn(16, 16, generator=g)
+    i = torch.randint(16, (16,), generator=g)
     out = {}
     for name, kit_pl, torch_pl in (("Replicate", Replicate(), TR()), ("Shard(0)", Shard(0), TS(0))):
         out[name] = {
-            "plain": (a, b),
-            "DTensor": (DTensor.from_local(a, mesh, [torch_pl]), DTensor.from_local(b, mesh, [TR()])),
+            "plain": (a, b, i),
+            "DTensor": (DTensor.from_local(a, mesh, [torch_pl]), DTensor.from_local(b, mesh, [TR()]),
+                        DTensor.from_local(i, mesh, [torch_pl])),
             "kit ShardedTensor": (ShardedTensor.from_local(a, mesh, [kit_pl]),
-                                  ShardedTensor.from_local(b, mesh, [Replicate()])),
+                                  ShardedTensor.from_local(b, mesh, [Replicate()]),
+                                  ShardedTensor.from_local(i, mesh, [kit_pl])),
         }
     return out
 
@@ -78,7 +90,7 @@ def _measure(quick: bool) -> list:
     for pl, impls in _operands(quick).items():
         ratios, kit_us, ref_us = [], [], []
         for op, f in OPS.items():
-            fns = {impl: functools.partial(f, x, y) for impl, (x, y) in impls.items()}
+            fns = {impl: functools.partial(f, *xs) for impl, xs in impls.items()}
             res = side_by_side(fns, rounds=rounds, min_run_time=min_run_time)
             got = ratio_rows(f"eager_op {pl}", op, res, reference="DTensor", kinds=_KINDS, world_size=1)
             rows += got
