@@ -26,10 +26,15 @@ def test_independent_dims_keep_the_shard_eager():
         # a factorization's info) and no fallback.
         comms = 1 if name in _independent_tasks.CHECKED else 0
         assert on_kept == {"placements": f"(Shard({kept}),)", "comms": comms, "gathered": []}, name
-        # A shard of a dim it works along (and a Partial) is made whole first, by the rule.
-        for other in (f"Shard({along})", "Partial('sum')"):
-            got = results[0][f"{name} {other}"]
-            assert got["comms"] > 0 and got["gathered"] == [], (name, other, got)
+        # A shard of a dim it works along is made whole first, by the rule.
+        got = results[0][f"{name} Shard({along})"]
+        assert got["comms"] > 0 and got["gathered"] == [], (name, along, got)
+        # A pending sum passes through an op linear in it; else it is reduced first.
+        got = results[0][f"{name} Partial('sum')"]
+        if name in _independent_tasks.LINEAR:
+            assert got == {"placements": "(Partial('sum'),)", "comms": 0, "gathered": []}, name
+        else:
+            assert got["comms"] > 0 and got["placements"] == "(Replicate(),)" and got["gathered"] == [], (name, got)
 
 
 def test_independent_dims_compiled_aot_eager():

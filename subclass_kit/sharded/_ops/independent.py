@@ -12,8 +12,10 @@ the batch). Per mesh dim the rule is:
   laid out the same way and each rank runs the op on its locals (the first sharded operand
   decides; a plain or Replicate operand is cut locally);
 - a shard of any other dim is gathered first (that operand, that mesh dim), a Partial is
-  reduced first; the other tensor arguments (a shared matrix of a batched solve) are used
-  whole.
+  reduced first -- unless the op is linear in that argument, the others fixed (pooling by
+  averages, interpolation, padding, fft, a backward in its incoming gradient): then a
+  ``Partial('sum')`` or ``Partial('avg')`` passes through to the result, unreduced; the other
+  tensor arguments (a shared matrix of a batched solve) are used whole.
 
 A shard stays only when every rank gets a non-empty chunk (torch's kernels refuse some empty
 inputs); a result that does not carry an independent dim is Replicate (an empty ``U`` of an
@@ -47,6 +49,10 @@ class _Rule(NamedTuple):
     # result -> the argument it is computed from alone (a solve's LU of A): Replicate when
     # that argument is used whole
     follows: tuple = ()
+    # the argument the op is linear in, the others fixed (pooling by averages, interpolation,
+    # padding, fft, a backward in its incoming gradient): a Partial('sum'/'avg') of it
+    # passes through, unreduced, where no shard stays
+    linear: int | None = None
 
 
 # ---- the independent dims, as functions of the arguments ------------------------------------
@@ -175,17 +181,18 @@ def _pooling() -> dict:
         # forward: (self, ...); backward: (grad_output, self, ..., [indices])
         for name in (f"avg_pool{k}d", f"_adaptive_avg_pool{k}d", f"adaptive_max_pool{k}d",
                      f"max_pool{k}d_with_indices", f"reflection_pad{k}d", f"replication_pad{k}d"):
-            rules[name] = _Rule(_leading(k))
-        rules[f"max_unpool{k}d"] = _Rule(_leading(k, (0, 1)))
-        rules[f"avg_pool{k}d_backward"] = _Rule(_leading(k, (0, 1)))
-        rules[f"_adaptive_avg_pool{k}d_backward"] = _Rule(_leading(k, (0, 1)))
-        rules[f"adaptive_max_pool{k}d_backward"] = _Rule(_leading(k, (0, 1, 2)))
-        rules[f"max_pool{k}d_with_indices_backward"] = _Rule(_leading(k, (0, 1, 7)))
-        rules[f"reflection_pad{k}d_backward"] = _Rule(_leading(k, (0, 1)))
-        rules[f"replication_pad{k}d_backward"] = _Rule(_leading(k, (0, 1)))
+            rules[name] = _Rule(_leading(k), linear=None if "max" in name else 0)
+        rules[f"max_unpool{k}d"] = _Rule(_leading(k, (0, 1)), linear=0)
+        # a backward is linear in its incoming gradient (given the indices of a max)
+        rules[f"avg_pool{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0)
+        rules[f"_adaptive_avg_pool{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0)
+        rules[f"adaptive_max_pool{k}d_backward"] = _Rule(_leading(k, (0, 1, 2)), linear=0)
+        rules[f"max_pool{k}d_with_indices_backward"] = _Rule(_leading(k, (0, 1, 7)), linear=0)
+        rules[f"reflection_pad{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0)
+        rules[f"replication_pad{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0)
     for pad in ("reflection_pad1d", "replication_pad1d"):
-        rules[pad] = _Rule(_leading(1))
-        rules[pad + "_backward"] = _Rule(_leading(1, (0, 1)))
+        rules[pad] = _Rule(_leading(1), linear=0)
+        rules[pad + "_backward"] = _Rule(_leading(1, (0, 1)), linear=0)
     return rules
 
 
@@ -196,8 +203,8 @@ def _upsampling() -> dict:
                     ("_upsample_nearest_exact3d", 3), ("upsample_linear1d", 1), ("upsample_bilinear2d", 2),
                     ("_upsample_bilinear2d_aa", 2), ("upsample_bicubic2d", 2), ("_upsample_bicubic2d_aa", 2),
                     ("upsample_trilinear3d", 3)):
-        rules[name] = _Rule(_leading(k))
-        rules[name + "_backward"] = _Rule(_leading(k), _local_input_size)
+        rules[name] = _Rule(_leading(k), linear=0)
+        rules[name + "_backward"] = _Rule(_leading(k), _local_input_size, linear=0)
     return rules
 
 
@@ -232,24 +239,24 @@ _LINALG = {
 }
 
 _OTHERS = {
-    "_fft_r2c": _Rule(_fft),
-    "_fft_c2c": _Rule(_fft),
-    "_fft_c2r": _Rule(_fft),
-    "_unsafe_index.Tensor": _Rule(_untouched()),
+    "_fft_r2c": _Rule(_fft, linear=0),
+    "_fft_c2c": _Rule(_fft, linear=0),
+    "_fft_c2r": _Rule(_fft, linear=0),
+    "_unsafe_index.Tensor": _Rule(_untouched(), linear=0),
     "_unsafe_index_put": _Rule(_untouched(values_at=2)),
     "_unsafe_masked_index": _Rule(_untouched(2, mask_at=1)),
     "_unsafe_masked_index_put_accumulate": _Rule(_untouched(2, values_at=3, mask_at=1)),
-    "diag_embed": _Rule(_diagonals(2, (0,))),
+    "diag_embed": _Rule(_diagonals(2, (0,)), linear=0),
     "diagonal_scatter": _Rule(_diagonals(3, (0, 1))),
     # (*, C r^2, H, W) <-> (*, C, H r, W r): the leading dims
-    "pixel_shuffle": _Rule(_leading(3)),
-    "pixel_unshuffle": _Rule(_leading(3)),
+    "pixel_shuffle": _Rule(_leading(3), linear=0),
+    "pixel_unshuffle": _Rule(_leading(3), linear=0),
     # channels, patches and sampling grids mix everything but the batch
-    "channel_shuffle": _Rule(_first(1)),
-    "im2col": _Rule(_first(1)),
-    "col2im": _Rule(_first(1)),
-    "grid_sampler_2d": _Rule(_first(1, (0, 1))),
-    "grid_sampler_3d": _Rule(_first(1, (0, 1))),
+    "channel_shuffle": _Rule(_first(1), linear=0),
+    "im2col": _Rule(_first(1), linear=0),
+    "col2im": _Rule(_first(1), linear=0),
+    "grid_sampler_2d": _Rule(_first(1, (0, 1)), linear=0),
+    "grid_sampler_3d": _Rule(_first(1, (0, 1)), linear=0),
     "grid_sampler_2d_backward": _Rule(_first(1, (0, 1, 2))),
     "grid_sampler_3d_backward": _Rule(_first(1, (0, 1, 2))),
 }
@@ -287,6 +294,10 @@ def _carried(d: int, operands, metas, k: int) -> bool:
     return all(_has(m, d, operands[0].shape) or 0 in m.shape for m in metas if type(m) is TensorMeta)
 
 
+def _linear_partial(p) -> bool:
+    return p.is_partial() and getattr(p, "op", None) in ("sum", "avg")
+
+
 def _has(m: TensorMeta, d: int, shape) -> bool:
     return len(m.shape) > d and m.shape[d] == shape[d]
 
@@ -311,12 +322,24 @@ def _decide(func, args, kwargs):
         lay.append(keep)
     layout = tuple(lay)
     whole = (Replicate(),) * mesh.ndim
-    moves = tuple((i, layout if i in at else whole) for i, a in enumerate(args) if isinstance(a, torch.Tensor))
+    # Where no shard stays, a pending sum of the argument the op is linear in stays pending.
+    lin = args[rule.linear] if rule.linear is not None else None
+    passes = tuple(
+        type(lin) is ShardedTensor and p.is_replicate() and _linear_partial(placements_of(lin)[m])
+        for m, p in enumerate(layout)
+    )
+    lin_target = tuple(placements_of(lin)[m] if passes[m] else p for m, p in enumerate(layout)) if any(passes) else None
+    moves = tuple(
+        (i, lin_target if i == rule.linear and lin_target is not None else layout if i in at else whole)
+        for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+    )
     # A result that does not have a kept dim is empty (checked by _carried), or computed
     # from whole arguments alone: Replicate.
     outs = tuple(
         whole if m is None else
-        tuple(p if p.is_replicate() or _has(m, p.shard_dim(), operands[0].shape) else Replicate() for p in layout)
+        tuple(placements_of(lin)[d] if passes[d] else
+              p if p.is_replicate() or _has(m, p.shard_dim(), operands[0].shape) else Replicate()
+              for d, p in enumerate(layout))
         for m in metas
     )
     kept = tuple(p.shard_dim() for p in layout if p.is_shard())
