@@ -149,3 +149,16 @@ def test_a_fresh_process_failure_stays_in_its_own_subject():
     row = rows[("GoodPair", "identity.stable_hash")]
     assert row.status == "fail" and "could not unpickle" in row.message and "kit_only_in_this_process" in row.message, row.message
     assert rows[("TwoTensor", "identity.stable_hash")].status == "pass", rows[("TwoTensor", "identity.stable_hash")].message
+
+
+def test_an_op_the_dense_tensor_refuses_too_is_not_judged():
+    # det of a 2x3 matrix raises for the dense tensor as well: the class raising is right,
+    # and the row says the sample judged nothing rather than failing the class.
+    from subclass_kit.examples import TwoTensor
+
+    aten = torch.ops.aten
+    x = TwoTensor(torch.randn(2, 3), torch.randn(2, 3))
+    report = check_subclass(x, backends=("eager",), ops=[aten._linalg_det.default, aten.neg.default], only=["eager"])
+    row = report.row("eager[aten._linalg_det.default(x)]")
+    assert row.status == "skip" and "dense tensor too" in row.message and "square" in row.message
+    assert report.row("eager[aten.neg.default(x)]").status == "pass"
