@@ -76,6 +76,17 @@ NO_GATHER = [
     "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle", "nn.functional.unfold",
     "diag_embed", "diagflat", "diagonal_scatter", "fft.hfft", "fft.irfft", "istft", "imag", "view_as_complex",
     "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate",
+    # the activations' gradients (elementwise rule) and torch's decompositions
+    "nn.functional.celu", "nn.functional.elu", "nn.functional.selu", "nn.functional.hardshrink",
+    "nn.functional.hardsigmoid", "nn.functional.hardtanh", "nn.functional.relu6", "nn.functional.leaky_relu",
+    "nn.functional.logsigmoid", "nn.functional.multilabel_soft_margin_loss", "nn.functional.softplus",
+    "nn.functional.softshrink", "nn.functional.glu", "nn.functional.binary_cross_entropy_with_logits",
+    "nn.functional.scaled_dot_product_attention", "torch.ops.aten._safe_softmax.default",
+    "dist", "renorm", "cross", "linalg.cross", "polar", "complex", "real", "view_as_real",
+    "alias_copy", "as_strided_copy", "diagonal_copy", "expand_copy", "narrow_copy", "permute_copy",
+    "split_with_sizes_copy", "squeeze_copy", "t_copy", "transpose_copy", "unbind_copy", "unfold_copy",
+    "unsqueeze_copy", "view_copy", "unsafe_chunk", "unsafe_split", "_chunk_cat", "diag",
+    "rot90", "trace", "fill", "addbmm",
 ]
 
 CHUNK = 60

@@ -16,7 +16,7 @@ from ... import _compat
 from ..tensor import ShardedTensor
 from .generic import TAG_RULES
 
-__all__ = ["decomposed", "composite_rule"]
+__all__ = ["decomposed", "composed", "composite_rule"]
 
 aten = torch.ops.aten
 
@@ -42,6 +42,18 @@ _DECOMPOSED = (
     aten._batch_norm_with_update.default, aten._batch_norm_with_update_functional.default,
     aten._batch_norm_no_update.default,
     aten.native_batch_norm_backward.default, aten.batch_norm_backward.default,
+    # gated activations, losses and softmax variants made of rules
+    aten.glu.default, aten.glu_backward.default, aten.binary_cross_entropy_with_logits.default,
+    aten._safe_softmax.default, aten.dist.default, aten.renorm.default,
+    # vectors and complex numbers by parts
+    aten.linalg_cross.default, aten.polar.default, aten.complex.default,
+    # the *_copy forms of views (the view's rule, then a clone), splits and diagonals
+    aten.view_copy.default, aten.permute_copy.default, aten.t_copy.default, aten.transpose_copy.int,
+    aten.unsqueeze_copy.default, aten.squeeze_copy.default, aten.expand_copy.default, aten.alias_copy.default,
+    aten.diagonal_copy.default, aten.unbind_copy.int, aten.split_with_sizes_copy.default,
+    aten.unfold_copy.default, aten.narrow_copy.default, aten.as_strided_copy.default,
+    aten.unsafe_split.Tensor, aten._chunk_cat.default, aten.rot90.default,
+    aten.fill.Scalar, aten.index_fill.int_Tensor,
 )
 
 
@@ -49,6 +61,26 @@ _DECOMPOSED = (
 def decomposed(func, types, args, kwargs):
     """Run torch's decomposition of ``func`` on the ShardedTensors (each step by its rule)."""
     return _compat.decomposition(func)(*args, **kwargs)
+
+
+def _addbmm(input, batch1, batch2, *, beta=1, alpha=1):
+    # torch has no Python decomposition of addbmm: the sum over the batch of bmm, scaled and
+    # added (a shared batch shard is a local bmm and a Partial sum).
+    prod = aten.sum.dim_IntList(aten.bmm.default(batch1, batch2), [0])
+    if alpha != 1:
+        prod = prod * alpha
+    if beta == 0:  # input is ignored (its NaNs too), as torch does
+        return prod.expand(torch.broadcast_shapes(input.shape, prod.shape)).clone()
+    return (input if beta == 1 else input * beta) + prod
+
+
+_OWN = {aten.addbmm.default: _addbmm}
+
+
+@ShardedTensor.implements(*_OWN)
+def composed(func, types, args, kwargs):
+    """Run the kit's own composition of ``func`` (torch has none) on the ShardedTensors."""
+    return _OWN[func](*args, **kwargs)
 
 
 def _composite(func, types, args, kwargs):

@@ -1,4 +1,5 @@
-"""Pointwise ops: every aten op tagged ``pointwise`` (in-place ones too), ``_to_copy``, ``clone``, ``copy_``, ``fill_``.
+"""Pointwise ops: every aten op tagged ``pointwise`` (in-place ones too), ``_to_copy``, ``clone``, ``copy_``, ``fill_``,
+and the elementwise ops torch leaves untagged (``elu_backward`` and the other activations' gradients, ``log_sigmoid_forward``).
 
 Rule, per mesh dim:
 
@@ -8,7 +9,8 @@ Rule, per mesh dim:
 - else Partial operands stay Partial where the op is linear in them: ``add``/``sub`` of
   operands Partial alike (a replicated one joins as a zero-masked operand under
   ``Partial('sum')``, unchanged under ``Partial('avg')``), ``mul``/``div``/``neg`` with one
-  Partial operand and replicated factors;
+  Partial operand and replicated factors, an activation's gradient with the incoming
+  gradient Partial and the rest whole;
 - everything else is reduced to Replicate first.
 
 Plain tensor operands count as replicated (DTensor calls this implicit replication).
@@ -18,13 +20,14 @@ from __future__ import annotations
 
 import torch
 
-from ... import _compat
+from ... import _compat, fallbacks
+from ...ctx import ctx_of
 from ..placements import Partial, Placement, Replicate, Shard
-from ..tensor import ShardedTensor, placements_of, spec
+from ..tensor import ShardedTensor, placements_of, sig_of, spec
 from .generic import TAG_RULES, computed_whole
 from ._common import TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
 
-__all__ = ["pointwise", "rule_for"]
+__all__ = ["pointwise", "rule_for", "whole_view", "scalar"]
 
 # copy_ counts as a sum of one term: a Partial destination takes a Partial source as is
 # (functionalization writes a mutated input back with copy_, e.g. a random fill of a
@@ -36,6 +39,15 @@ _SCALING = {
     aten.neg.default, aten.neg_.default,
 }
 _LINEAR_PARTIAL = ("sum", "avg")
+
+# The gradients of activations: elementwise, and torch does not tag them pointwise. Each is
+# linear in its first operand (the incoming gradient times a factor of the input), so a
+# Partial gradient stays Partial when the other operands are whole.
+_ACTIVATION_BACKWARD = (
+    aten.elu_backward.default, aten.hardtanh_backward.default, aten.leaky_relu_backward.default,
+    aten.softplus_backward.default, aten.log_sigmoid_backward.default, aten.hardsigmoid_backward.default,
+    aten.hardshrink_backward.default, aten.softshrink_backward.default, aten.rrelu_with_noise_backward.default,
+)
 
 
 def _operands(args, kwargs):
@@ -62,6 +74,11 @@ def _partial_kind(func, i, ops, has_scalars) -> Partial | None:
         if p.op == "sum" and (has_scalars or plain):
             return None  # a constant would be added once per rank
         return p
+    if func in _ACTIVATION_BACKWARD:
+        first = ops[0][1]
+        if len(partial) == 1 and type(first) is ShardedTensor and placements_of(first)[i].is_partial():
+            return p
+        return None
     if func in _SCALING:
         if len(partial) != 1:
             return None  # a product of two sums is not the sum of products
@@ -211,6 +228,17 @@ def rule_for(func):
 ShardedTensor.implements(aten._to_copy.default, aten.fill_.Scalar, aten.copy_.default, aten.clone.default)(pointwise)
 # In-place forms torch tags only ``inplace`` (their out-of-place forms are tagged pointwise).
 ShardedTensor.implements(aten.zero_.default, aten.masked_fill_.Scalar, aten.masked_fill_.Tensor, aten.fill_.Tensor)(pointwise)
+@ShardedTensor.implements(aten._local_scalar_dense.default)
+def scalar(func, types, args, kwargs):
+    """``item()``: the one element made whole (a Partial reduced, a Replicate read as is), so
+    every rank reads the same number."""
+    x = args[0]
+    return func(move(x, (Replicate(),) * len(placements_of(x))), **kwargs)
+
+
+# Elementwise ops torch does not tag pointwise: the activations' gradients, and
+# log_sigmoid's forward (its second result, the CPU kernel's buffer, is elementwise too).
+ShardedTensor.implements(*_ACTIVATION_BACKWARD, aten.log_sigmoid_forward.default)(pointwise)
 
 
 TAG_RULES.append(rule_for)
@@ -229,12 +257,36 @@ def conj_view(func, types, args, kwargs):
     return ShardedTensor.correct_aliasing(func, args, kwargs, out)
 
 
+def whole_view(func, types, args, kwargs):
+    """A view op no rule claims (``narrow`` reached inside a decomposition): of a whole
+    (all-Replicate) operand it is the same view of the local, as the kit's built-in view
+    handler makes it, but with the result's own signature number: the built-in shares its
+    base's declared state with a view, and a view of another shape under its base's number
+    would be served its base's cached plans (a wrong global shape). Other layouts take the
+    fallback (``narrow`` decomposes into ``slice``, which has a rule)."""
+    x = args[0]
+    if type(x) is not ShardedTensor:
+        return ShardedTensor.__fallback__(func, types, args, kwargs)
+    pl = placements_of(x)
+    if not all(p.is_replicate() for p in pl):
+        return ShardedTensor.__fallback__(func, types, args, kwargs)
+    out = fallbacks.map_inner(func, types, args, kwargs)
+    for r in (out if type(out) in (list, tuple) else (out,)):
+        if type(r) is ShardedTensor:
+            r._sig = sig_of(ctx_of(r), tuple(r.shape), tuple(r.stride()), r.storage_offset())
+    return out
+
+
 # Chosen by the class's op classification (consulted before the kit's built-in view
 # handler, which would keep the conjugate bit on the local) rather than registered: torch
 # calls _conj only on complex tensors (conj() of a real tensor is the tensor itself), and a
 # registered op is one the conformance checker calls on every sample, real ones included.
 def _op_handler(cls, func):
-    return conj_view if func is aten._conj.default else None
+    if func is aten._conj.default:
+        return conj_view
+    if func.is_view and func is not aten._neg_view.default:
+        return whole_view  # an unregistered view (registered ones never get here)
+    return None
 
 
 ShardedTensor.__op_handler__ = classmethod(_op_handler)  # type: ignore[method-assign,assignment]  # installed where its rule lives
