@@ -27,7 +27,7 @@ from ..tensor import ShardedTensor, placements_of, sig_of, spec
 from .generic import TAG_RULES, computed_whole
 from ._common import TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
 
-__all__ = ["pointwise", "rule_for", "whole_view", "scalar"]
+__all__ = ["pointwise", "rule_for", "whole_view"]
 
 # copy_ counts as a sum of one term: a Partial destination takes a Partial source as is
 # (functionalization writes a mutated input back with copy_, e.g. a random fill of a
@@ -228,14 +228,6 @@ def rule_for(func):
 ShardedTensor.implements(aten._to_copy.default, aten.fill_.Scalar, aten.copy_.default, aten.clone.default)(pointwise)
 # In-place forms torch tags only ``inplace`` (their out-of-place forms are tagged pointwise).
 ShardedTensor.implements(aten.zero_.default, aten.masked_fill_.Scalar, aten.masked_fill_.Tensor, aten.fill_.Tensor)(pointwise)
-@ShardedTensor.implements(aten._local_scalar_dense.default)
-def scalar(func, types, args, kwargs):
-    """``item()``: the one element made whole (a Partial reduced, a Replicate read as is), so
-    every rank reads the same number."""
-    x = args[0]
-    return func(move(x, (Replicate(),) * len(placements_of(x))), **kwargs)
-
-
 # Elementwise ops torch does not tag pointwise: the activations' gradients, and
 # log_sigmoid's forward (its second result, the CPU kernel's buffer, is elementwise too).
 ShardedTensor.implements(*_ACTIVATION_BACKWARD, aten.log_sigmoid_forward.default)(pointwise)
