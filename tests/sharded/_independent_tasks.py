@@ -38,6 +38,14 @@ def _spd(g):
     return a @ a.mT + 4 * torch.eye(4, dtype=torch.float64)
 
 
+def _vectors(g):
+    # (2, 5, 3): batches of 3-vectors, 5 uneven over 2 ranks.
+    return torch.randn(2, 5, 3, generator=g, dtype=torch.float64)
+
+
+_OTHER = torch.linspace(-2, 2, 30, dtype=torch.float64).reshape(2, 5, 3)
+_TAU = torch.linspace(0.5, 1.5, 18, dtype=torch.float64).reshape(2, 3, 3)
+_SAMPLES = torch.linspace(0.05, 0.95, 20, dtype=torch.float64).reshape(2, 5, 2)
 _RHS = torch.linspace(-1, 1, 2 * 3 * 4 * 2, dtype=torch.float64).reshape(2, 3, 4, 2)
 _SHARED = torch.eye(4, dtype=torch.float64) * 3 + torch.ones(4, 4, dtype=torch.float64)
 
@@ -52,6 +60,7 @@ CASES = {
     "interpolate bicubic": (_image, lambda t: F.interpolate(t, size=(4, 9), mode="bicubic", align_corners=True), 1, 3),
     "reflect pad": (_image, lambda t: F.pad(t, (1, 2, 2, 1), mode="reflect"), 1, 3),
     "replicate pad": (_image, lambda t: F.pad(t, (3, 1, 0, 2), mode="replicate"), 1, 3),
+    "fractional_max_pool2d": (_image, lambda t: F.fractional_max_pool2d(t, 2, output_size=(3, 3), _random_samples=_SAMPLES), 1, 3),
     "rfft last dim": (_image, lambda t: torch.view_as_real(torch.fft.rfft(t, dim=-1)), 1, 3),
     "fft2": (_image, lambda t: torch.fft.fft2(t.to(torch.complex128)).real, 1, 2),
     "rfftn dims 0 and 3": (_image, lambda t: torch.fft.rfftn(t, dim=(0, 3)).imag, 1, 0),
@@ -62,13 +71,15 @@ CASES = {
     "eigvalsh": (_spd, lambda t: torch.linalg.eigvalsh(t), 1, 2),
     "svdvals": (_spd, lambda t: torch.linalg.svdvals(t), 1, 3),
     "lu_factor": (_spd, lambda t: torch.linalg.lu_factor(t)[0], 1, 2),
+    "householder_product": (_spd, lambda t: torch.linalg.householder_product(t, _TAU), 1, 2),
+    "cross": (_vectors, lambda t: torch.linalg.cross(t, _OTHER), 1, 2),
     "shared matrix solve": (_spd, lambda t: torch.linalg.solve(_SHARED, t), 1, 2),
 }
 
 
 # Ops linear in their input: a Partial('sum') passes through.
 LINEAR = {"avg_pool2d", "adaptive_avg_pool2d", "interpolate bilinear", "interpolate nearest", "interpolate bicubic",
-          "reflect pad", "replicate pad", "rfft last dim", "rfftn dims 0 and 3"}
+          "reflect pad", "replicate pad", "rfft last dim", "rfftn dims 0 and 3", "cross"}
 
 # Ops that check their factorization: one all-gather of the per-matrix ``info`` ints, so
 # that a failure raises on every rank (see errors_on_every_rank).

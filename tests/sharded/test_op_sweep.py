@@ -87,6 +87,7 @@ NO_GATHER = [
     "split_with_sizes_copy", "squeeze_copy", "t_copy", "transpose_copy", "unbind_copy", "unfold_copy",
     "unsqueeze_copy", "view_copy", "unsafe_chunk", "unsafe_split", "_chunk_cat", "diag",
     "rot90", "trace", "fill", "addbmm",
+    "linalg.householder_product", "ormqr", "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d",
 ]
 
 CHUNK = 60

@@ -190,6 +190,9 @@ def _pooling() -> dict:
         rules[f"max_pool{k}d_with_indices_backward"] = _Rule(_leading(k, (0, 1, 7)), linear=0)
         rules[f"reflection_pad{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0)
         rules[f"replication_pad{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0)
+        # the random samples are per (N, C) plane: (N, C, 2 or 3), cut with the input
+        rules[f"fractional_max_pool{k}d"] = _Rule(_leading(k, (0, 3)))
+        rules[f"fractional_max_pool{k}d_backward"] = _Rule(_leading(k, (0, 1, 4)), linear=0)
     for pad in ("reflection_pad1d", "replication_pad1d"):
         rules[pad] = _Rule(_leading(1), linear=0)
         rules[pad + "_backward"] = _Rule(_leading(1, (0, 1)), linear=0)

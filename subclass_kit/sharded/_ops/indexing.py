@@ -31,7 +31,7 @@ from ._common import (
     wrap_out,
 )
 
-__all__ = ["along_dims", "by_positions", "by_positions_inplace"]
+__all__ = ["along_dims", "by_positions", "by_positions_inplace", "triangle_inplace"]
 
 _SEQ = (list, tuple)
 
@@ -172,6 +172,21 @@ def along_dims(func, types, args, kwargs):
     rest = [_whole(a, rep) for a in args[1:]]
     res = func(move(args[0], target), *rest, **{k: _whole(v, rep) for k, v in kwargs.items()})
     return _wrap_all(res, meta, mesh, out_pl, coord)
+
+
+@ShardedTensor.implements(aten.tril_.default, aten.triu_.default)
+def triangle_inplace(func, types, args, kwargs):
+    """``tril_``/``triu_`` in place: zeroing by global row and column numbers is local where
+    neither of the last two dims is sharded (a Partial too: every rank zeroes the same
+    entries); a shard of them is computed whole and written back."""
+    x = args[0]
+    if type(x) is ShardedTensor and x._gathered_view is None and not any(
+            p.is_shard() and p.shard_dim() in (x.dim() - 2, x.dim() - 1) for p in placements_of(x)):
+        func(x.local, *args[1:], **kwargs)
+        return x
+    from .generic import computed_whole
+
+    return computed_whole(func, types, args, kwargs)
 
 
 _BY_POSITIONS = (
