@@ -38,12 +38,6 @@ def _spd(g):
     return a @ a.mT + 4 * torch.eye(4, dtype=torch.float64)
 
 
-def _vectors(g):
-    # (2, 5, 3): batches of 3-vectors, 5 uneven over 2 ranks.
-    return torch.randn(2, 5, 3, generator=g, dtype=torch.float64)
-
-
-_OTHER = torch.linspace(-2, 2, 30, dtype=torch.float64).reshape(2, 5, 3)
 _TAU = torch.linspace(0.5, 1.5, 18, dtype=torch.float64).reshape(2, 3, 3)
 _SAMPLES = torch.linspace(0.05, 0.95, 20, dtype=torch.float64).reshape(2, 5, 2)
 _RHS = torch.linspace(-1, 1, 2 * 3 * 4 * 2, dtype=torch.float64).reshape(2, 3, 4, 2)
@@ -72,14 +66,13 @@ CASES = {
     "svdvals": (_spd, lambda t: torch.linalg.svdvals(t), 1, 3),
     "lu_factor": (_spd, lambda t: torch.linalg.lu_factor(t)[0], 1, 2),
     "householder_product": (_spd, lambda t: torch.linalg.householder_product(t, _TAU), 1, 2),
-    "cross": (_vectors, lambda t: torch.linalg.cross(t, _OTHER), 1, 2),
     "shared matrix solve": (_spd, lambda t: torch.linalg.solve(_SHARED, t), 1, 2),
 }
 
 
 # Ops linear in their input: a Partial('sum') passes through.
 LINEAR = {"avg_pool2d", "adaptive_avg_pool2d", "interpolate bilinear", "interpolate nearest", "interpolate bicubic",
-          "reflect pad", "replicate pad", "rfft last dim", "rfftn dims 0 and 3", "cross"}
+          "reflect pad", "replicate pad", "rfft last dim", "rfftn dims 0 and 3"}
 
 # Ops that check their factorization: one all-gather of the per-matrix ``info`` ints, so
 # that a failure raises on every rank (see errors_on_every_rank).
