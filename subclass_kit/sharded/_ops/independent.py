@@ -32,11 +32,11 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from ..._compat import is_composite_implicit
+from ... import _compat
 from .._layout import chunk_size
 from ..placements import Replicate
 from ..tensor import ShardedTensor, placements_of
-from ._common import TensorMeta, aten, global_meta, move, move_args, planned, spec_of, wrap_out
+from ._common import TensorMeta, aten, fast_plan, global_meta, move, move_args, on_locals, planned, spec_of, wrap_out
 
 __all__ = ["independent", "check_errors"]
 
@@ -271,7 +271,7 @@ def _overloads(table: dict) -> dict:
         packet, _, overload = name.partition(".")
         op = getattr(getattr(aten, packet, None), overload or "default", None)
         # An op that decomposes itself never reaches the wrapper: its parts do.
-        if op is not None and not is_composite_implicit(op):
+        if op is not None and not _compat.is_composite_implicit(op):
             out[op] = rule
     return out
 
@@ -346,7 +346,38 @@ def _decide(func, args, kwargs):
         for m in metas
     )
     kept = tuple(p.shard_dim() for p in layout if p.is_shard())
-    return meta, moves, outs, mesh, coord, kept
+    fast = _fast_path(func, args, kwargs, meta, moves, outs, mesh, coord, rule.fix is not None and bool(kept))
+    return meta, moves, outs, mesh, coord, kept, fast
+
+
+def _fast_path(func, args, kwargs, meta, moves, outs, mesh, coord, fixes: bool):
+    """``run(args)`` when nothing moves (the common case: the operands already on the rule's
+    layout): the op's C++ callable on the locals, each result built from what the plan knows;
+    else None."""
+    if fixes or kwargs:
+        return None
+    for i, target in moves:
+        a = args[i]
+        if (placements_of(a) != target) if type(a) is ShardedTensor else not all(p.is_replicate() for p in target):
+            return None
+    if any(type(a) in _SEQ and any(type(b) is ShardedTensor for b in a) for a in args):
+        return None
+    makes = []
+    for m, pl in zip(_results(meta), outs):
+        fp = fast_plan(func, m, mesh, pl, coord) if type(m) is TensorMeta else None
+        if type(m) is TensorMeta and fp is None:
+            return None  # symbolic sizes
+        makes.append(None if fp is None else fp[1])
+    op = _compat.fast_op(func)
+    if type(meta) is TensorMeta:
+        return on_locals(op, makes[0], args)
+    mk = tuple(makes)
+
+    def run(args):
+        res = op(*[a.local if type(a) is ShardedTensor else a for a in args])
+        return type(res)(r if f is None else f(r) for r, f in zip(res, mk))
+
+    return run
 
 
 _plan = planned(_decide)
@@ -374,7 +405,9 @@ def independent(func, types, args, kwargs):
     checking = kwargs.get("check_errors", False) and func in _CHECKED
     if checking:
         kwargs = {**kwargs, "check_errors": False}
-    meta, moves, outs, mesh, coord, kept = _plan(func, args, kwargs)
+    meta, moves, outs, mesh, coord, kept, fast = _plan(func, args, kwargs)
+    if fast is not None and not checking:
+        return fast(args)
     new = move_args(args, moves, mesh, coord)
     whole = (Replicate(),) * mesh.ndim
     for i, a in enumerate(new):
