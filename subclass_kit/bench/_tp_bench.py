@@ -318,38 +318,47 @@ def _ln_plan(model, mesh, impl: str):
     return model
 
 
-def _ln_train(model, impl: str, steps: int, seqlen: int, vocab: int = 128) -> tuple[list, list]:
-    import torch
-    import torch.nn.functional as F
-
+def _ln_loss_parallel(impl: str):
     if impl == "kit":
         from ..sharded import loss_parallel
     elif impl == "dtensor":
         from torch.distributed.tensor.parallel import loss_parallel
     else:
-        loss_parallel = None  # type: ignore[assignment]  # plain: no loss_parallel context
+        return None  # plain: no loss_parallel context
+    return loss_parallel
+
+
+def _ln_step(model, opt, loss_parallel, step: int, seqlen: int, vocab: int = 128) -> tuple[float, float]:
+    """One training step on batch ``step``: ``(loss, seconds)``."""
+    import contextlib
+
+    import torch
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(step)
+    tokens, labels = torch.randint(vocab, (2, seqlen), generator=g), torch.randint(vocab, (2, seqlen), generator=g)
+    t0 = time.perf_counter()
+    opt.zero_grad(set_to_none=True)
+    with loss_parallel() if loss_parallel is not None else contextlib.nullcontext():
+        loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
+        loss.backward()
+    opt.step()
+    value = float((loss.full_tensor() if hasattr(loss, "full_tensor") else loss).detach())
+    return value, time.perf_counter() - t0
+
+
+def _ln_train(model, impl: str, steps: int, seqlen: int) -> tuple[list, list]:
+    import torch
+
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    times, losses = [], []
-    for step in range(steps):
-        g = torch.Generator().manual_seed(step)
-        tokens, labels = torch.randint(vocab, (2, seqlen), generator=g), torch.randint(vocab, (2, seqlen), generator=g)
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        if loss_parallel is None:
-            loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
-            loss.backward()
-        else:
-            with loss_parallel():
-                loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
-                loss.backward()
-        opt.step()
-        losses.append(float((loss.full_tensor() if hasattr(loss, "full_tensor") else loss).detach()))
-        times.append(time.perf_counter() - t0)
-    return losses, times
+    lp = _ln_loss_parallel(impl)
+    got = [_ln_step(model, opt, lp, step, seqlen) for step in range(steps)]
+    return [loss for loss, _ in got], [t for _, t in got]
 
 
-def _measure_ln(quick: bool, backend: str, impl: str) -> dict:
-    """One implementation's SP LayerNorm-Transformer run on this world (as :func:`_measure`)."""
+def _ln_world(quick: bool, backend: str):
+    """``(mesh, steps, seqlen, dense losses)`` after a dense warm-up compile with
+    ``backend`` (torch's one-time costs of a first compile and backward, paid by no impl)."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -361,24 +370,82 @@ def _measure_ln(quick: bool, backend: str, impl: str) -> dict:
         block.compile(backend=backend, fullgraph=True)
     _ln_train(warm, "dense", 1, seqlen)
     _compat.dynamo_reset()
-    counter = _compat.compile_counter(backend)
-    try:
-        model = _ln_plan(_ln_transformer(), mesh, impl)
-        for block in model.layers:
-            block.compile(backend=counter, fullgraph=True)
-        losses, times = _ln_train(model, impl, steps, seqlen)
-    except Exception as e:  # noqa: BLE001 - the row reports why
-        return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
-    diff = max(abs(a - b) for a, b in zip(losses, ref))
-    return {"step": statistics.median(times[1:]), "first": times[0], "diff": diff, "graphs": counter.frame_count}
+    return mesh, steps, seqlen, ref
+
+
+def _measure_ln(quick: bool, backend: str, impl: str) -> dict:
+    """One implementation's first step (compiling the blocks) on this world, with a cold
+    inductor cache of its own (no kernel compiled by another world is reused): ``{"first",
+    "graphs"}`` (or ``{"error"}``)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="kit-bench-inductor-") as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        mesh, _, seqlen, _ = _ln_world(quick, backend)
+        counter = _compat.compile_counter(backend)
+        try:
+            model = _ln_plan(_ln_transformer(), mesh, impl)
+            for block in model.layers:
+                block.compile(backend=counter, fullgraph=True)
+            _, times = _ln_train(model, impl, 1, seqlen)
+        except Exception as e:  # noqa: BLE001 - the row reports why
+            return {"error": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
+        return {"first": times[0], "graphs": counter.frame_count}
+
+
+def _measure_ln_pair(quick: bool, backend: str) -> dict:
+    """Both implementations trained in this one world, their steps alternating (the order
+    flips every step), so load from other processes hits them alike: per impl ``{"step"
+    (median after the first two steps), "diff" (max loss difference to dense), "graphs"}``,
+    or ``{"error"}``."""
+    import torch
+
+    mesh, steps, seqlen, ref = _ln_world(quick, backend)
+    steps *= 2  # the steady-state step is the point here: more of them
+    runs: dict = {}
+    for impl in ("dtensor", "kit"):
+        counter = _compat.compile_counter(backend)
+        try:
+            model = _ln_plan(_ln_transformer(), mesh, impl)
+            for block in model.layers:
+                block.compile(backend=counter, fullgraph=True)
+        except Exception as e:  # noqa: BLE001 - the row reports why
+            runs[impl] = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
+            continue
+        runs[impl] = {"model": model, "opt": torch.optim.AdamW(model.parameters(), lr=1e-3),
+                      "lp": _ln_loss_parallel(impl), "counter": counter, "losses": [], "times": []}
+    for step in range(steps):
+        for impl in ("dtensor", "kit") if step % 2 == 0 else ("kit", "dtensor"):
+            r = runs[impl]
+            if "error" in r:
+                continue
+            try:
+                loss, t = _ln_step(r["model"], r["opt"], r["lp"], step % len(ref), seqlen)
+            except Exception as e:  # noqa: BLE001 - the row reports why
+                runs[impl] = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
+                continue
+            r["losses"].append(loss)
+            r["times"].append(t)
+    out = {}
+    for impl, r in runs.items():
+        if "error" in r:
+            out[impl] = r
+            continue
+        diff = max(abs(a - b) for a, b in zip(r["losses"], ref))  # the steps dense also took
+        out[impl] = {"step": statistics.median(r["times"][2:]), "diff": diff, "graphs": r["counter"].frame_count}
+    return out
 
 
 def layernorm_sp_rows(quick: bool = False, size: int = 2, rounds: int | None = None,
                       backends: tuple | None = None) -> list[dict]:
     """Rows for a compiled TP step with sequence parallelism over LayerNorm (torch's toy
-    Transformer, dim 64, 2 blocks, batch 2), the kit vs DTensor under the same plan: the
-    median training step and the first step (compiling the blocks), each implementation in
-    its own freshly spawned world after a dense warm-up compile, alternating over rounds.
+    Transformer, dim 64, 2 blocks, batch 2), the kit vs DTensor under the same plan.
+
+    ``train step``: both implementations in one freshly spawned world (after a dense
+    warm-up compile), their training steps alternating; each world's median step per impl,
+    the ratio from the same world (the median over rounds; ``ratios`` lists each round's).
+    ``first step (compile)``: each implementation in a world of its own with a cold inductor
+    cache, alternating over rounds, the fastest round.
 
     Example:
         >>> rows = layernorm_sp_rows(quick=True)  # doctest: +SKIP
@@ -387,38 +454,63 @@ def layernorm_sp_rows(quick: bool = False, size: int = 2, rounds: int | None = N
     """
     rounds = (1 if quick else 2) if rounds is None else rounds
     backends = backends or (("aot_eager",) if quick else ("aot_eager", "inductor"))
-    old = os.environ.get("TORCHINDUCTOR_FX_GRAPH_CACHE")
+    old = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_FX_GRAPH_CACHE", "TORCHINDUCTOR_CACHE_DIR")}
     os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+    labels = (("kit", "kit"), ("dtensor", "DTensor"))
     rows = []
     try:
         for backend in backends:
-            runs: dict = {"dtensor": [], "kit": []}
-            for _ in range(rounds):
-                for impl in runs:
-                    runs[impl].append(measure_on_ranks(
+            what = f"tp layernorm-SP bench ({{}}, {backend}): the {size}-rank world"
+            pairs = [measure_on_ranks(functools.partial(_measure_ln_pair, quick, backend), size, method="spawn",
+                                      what=what.format("both impls"), pg_timeout=120.0, timeout=_TIMEOUT)
+                     for _ in range(rounds)]
+            firsts: dict = {"dtensor": [], "kit": []}
+            for r in range(rounds):
+                for impl in ("dtensor", "kit") if r % 2 == 0 else ("kit", "dtensor"):
+                    firsts[impl].append(measure_on_ranks(
                         functools.partial(_measure_ln, quick, backend, impl), size, method="spawn",
-                        what=f"tp layernorm-SP bench ({impl}, {backend}): the {size}-rank world",
-                        pg_timeout=120.0, timeout=_TIMEOUT))
-            got = {k: _fastest(v) for k, v in runs.items()}
-            ok = {k: v for k, v in got.items() if "error" not in v}
-            for case, key in (("train step", "step"), ("first step (compile)", "first")):
-                for impl, label in (("kit", "kit"), ("dtensor", "DTensor")):
-                    row: dict[str, Any] = {"group": f"tp_layernorm_sp {backend}", "name": case, "impl": label,
-                           "kind": "kit" if impl == "kit" else "torch", "world_size": size}
-                    if impl in ok:
-                        row.update(median_us=round(ok[impl][key] * 1e6, 1), graphs=ok[impl]["graphs"],
-                                   max_loss_diff_vs_dense=float(f"{ok[impl]['diff']:.2e}"))
-                        if "dtensor" in ok:
-                            row.update(ratio=round(ok[impl][key] / ok["dtensor"][key], 3), reference="DTensor")
-                    else:
-                        row.update(median_us=float("nan"), error=got[impl]["error"])
-                    rows.append(row)
+                        what=what.format(impl), pg_timeout=120.0, timeout=_TIMEOUT))
+            group = f"tp_layernorm_sp {backend}"
+            step_ok = [p for p in pairs if all("error" not in p[k] for k in ("kit", "dtensor"))]
+            ratios = [round(p["kit"]["step"] / p["dtensor"]["step"], 3) for p in step_ok]
+            for impl, label in labels:
+                row: dict[str, Any] = {"group": group, "name": "train step", "impl": label,
+                                       "kind": "kit" if impl == "kit" else "torch", "world_size": size}
+                ok = [p[impl] for p in pairs if "error" not in p[impl]]
+                if ok:
+                    row.update(median_us=round(min(o["step"] for o in ok) * 1e6, 1), graphs=max(o["graphs"] for o in ok),
+                               max_loss_diff_vs_dense=float(f"{max(o['diff'] for o in ok):.2e}"))
+                    if ratios:
+                        row.update(ratio=statistics.median(ratios) if impl == "kit" else 1.0, reference="DTensor",
+                                   ratios=ratios if impl == "kit" else [1.0] * len(ratios))
+                else:
+                    row.update(median_us=float("nan"), error=next(p[impl]["error"] for p in pairs))
+                rows.append(row)
+            got = {k: _fastest_first(v) for k, v in firsts.items()}
+            for impl, label in labels:
+                row = {"group": group, "name": "first step (compile)", "impl": label,
+                       "kind": "kit" if impl == "kit" else "torch", "world_size": size}
+                if "error" not in got[impl]:
+                    row.update(median_us=round(got[impl]["first"] * 1e6, 1), graphs=got[impl]["graphs"])
+                    if "error" not in got["dtensor"]:
+                        row.update(ratio=round(got[impl]["first"] / got["dtensor"]["first"], 3), reference="DTensor")
+                else:
+                    row.update(median_us=float("nan"), error=got[impl]["error"])
+                rows.append(row)
     finally:
-        if old is None:
-            os.environ.pop("TORCHINDUCTOR_FX_GRAPH_CACHE", None)
-        else:
-            os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = old
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return rows
+
+
+def _fastest_first(runs: list) -> dict:
+    bad = [r for r in runs if "error" in r]
+    if bad:
+        return bad[0]
+    return {"first": min(r["first"] for r in runs), "graphs": max(r["graphs"] for r in runs)}
 
 
 def run(quick: bool = False) -> list[dict]:
