@@ -329,6 +329,36 @@ def flagship_graphs(layers: int = 3, steps: int = 2) -> dict:
     return out
 
 
+def layernorm_sp_graphs(steps: int = 2) -> dict:
+    """The tp bench's LayerNorm sequence-parallel Transformer (``layernorm_sp_rows``), each
+    block compiled (aot_eager, fullgraph), by the kit and by DTensor under the same plan:
+    per impl the graphs compiled over ``steps`` steps, the losses, and per forward and
+    backward graph the functional collectives and the aten ops in it (``{name: count}``)."""
+    from collections import Counter
+
+    from subclass_kit.bench import _tp_bench as tp_bench
+
+    mesh = _mesh()
+    out = {}
+    for impl in ("kit", "dtensor"):
+        torch._dynamo.reset()
+        model = tp_bench._ln_plan(tp_bench._ln_transformer(), mesh, impl)
+        rec = _Record()
+        cnt = CompileCounterWithBackend(rec.backend)
+        for block in model.layers:
+            block.compile(backend=cnt, fullgraph=True)
+        losses, _ = tp_bench._ln_train(model, impl, steps, 16)
+
+        def ops(gm, prefix):
+            return dict(Counter(str(n.target).split(".")[1] for n in gm.graph.nodes
+                                if n.op == "call_function" and str(n.target).startswith(prefix)))
+
+        out[impl] = {"frames": cnt.frame_count, "losses": losses,
+                     **{f"{k} collectives": [ops(g, "_c10d_functional.") for g in rec.graphs[k]] for k in ("fw", "bw")},
+                     **{f"{k} aten": [ops(g, "aten.") for g in rec.graphs[k]] for k in ("fw", "bw")}}
+    return out
+
+
 # ---- the Transformer TP and SP training scenarios --------------------------------------------
 def _scenario_model(seq_parallel: bool, dropout: float):
     from sharded._tp_upstream_tasks import ModelArgs, Transformer
