@@ -187,6 +187,9 @@ def _moments_apply(x, dims) -> bool:
     return not any(p.is_partial() for p in pl) and any(p.is_shard() and p.dim in dims for p in pl)
 
 
+_APPLIES: dict = {}
+
+
 @ShardedTensor.implements(*_MOMENTS)
 def moments(func, types, args, kwargs):
     """``var``/``std`` (and ``*_mean``) reducing a sharded dim, as the mean's sum and the sum
@@ -197,10 +200,23 @@ def moments(func, types, args, kwargs):
     x = args[0]
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     keepdim = kwargs.get("keepdim", False)
-    nd = x.dim()
-    dims = sorted(range(nd) if dim is None or (isinstance(dim, (list, tuple)) and not dim)
-                  else {d % nd for d in (dim if isinstance(dim, (list, tuple)) else (dim,))})
-    if not _moments_apply(x, dims):
+    # Which form applies depends on x's signature (its placements, dtype, shape) and the
+    # dims only: remembered, so the common case (no sharded dim reduced) adds one lookup to
+    # the along-dims rule's cached plan.
+    sig = x._sig if type(x) is ShardedTensor else None
+    key = None if sig is None else (func, sig, tuple(dim) if type(dim) is list else dim)
+    hit = None if key is None else _APPLIES.get(key)
+    if hit is None:
+        nd = x.dim()
+        dims = sorted(range(nd) if dim is None or (isinstance(dim, (list, tuple)) and not dim)
+                      else {d % nd for d in (dim if isinstance(dim, (list, tuple)) else (dim,))})
+        hit = (_moments_apply(x, dims), dims)
+        if key is not None:
+            if len(_APPLIES) > 4096:
+                _APPLIES.clear()
+            _APPLIES[key] = hit
+    applies, dims = hit
+    if not applies:
         return along_dims(func, types, args, kwargs)
     correction = kwargs.get("correction")
     correction = 1 if correction is None else correction
