@@ -8,8 +8,9 @@ indices of ``embedding``: a batch-sharded loss, a replicated table). Ops: ``add`
 ``mm``, ``view``, ``t``, ``sum``, ``detach``, and the families issue 20 names: ``var``,
 ``std``, ``layer_norm``, ``softmax``, ``cross_entropy``, ``nll_loss``, ``embedding``,
 ``dropout`` (training), ``mse_loss``. Every op is timed for the kit, DTensor and a plain
-tensor round-robin, so load hits them alike; ``median over ops`` is the median of the kit's
-per-op ratios to DTensor (issues 12 and 20's figure).
+tensor round-robin, so load hits them alike; a row's ``ratio`` is the median over rounds of
+the round's ratio (its ``median_us`` the median over all rounds), and ``median over ops``
+is the median of the kit's per-op ratios to DTensor (issues 12 and 20's figure).
 """
 
 from __future__ import annotations
@@ -82,19 +83,28 @@ def _operands(quick: bool) -> dict:
 
 def _measure(quick: bool) -> list:
     import torch
+    from torch.utils.benchmark import Measurement
 
     from . import ratio_rows, side_by_side
 
-    rounds, min_run_time = (5, 0.02) if quick else (11, 0.05)
+    rounds, min_run_time = (5, 0.02) if quick else (15, 0.03)
     rows = []
     for pl, impls in _operands(quick).items():
         ratios, kit_us, ref_us = [], [], []
         for op, f in OPS.items():
             fns = {impl: functools.partial(f, *xs) for impl, xs in impls.items()}
-            res = side_by_side(fns, rounds=rounds, min_run_time=min_run_time)
+            # One round at a time, the order reversed every other round: each round's ratio
+            # compares times taken back to back, and their median is robust to the slow
+            # phases of a shared machine (which can double one impl's times for seconds).
+            per_round = [side_by_side(dict(reversed(fns.items())) if r % 2 else fns, rounds=1,
+                                      min_run_time=min_run_time) for r in range(rounds)]
+            res = {impl: Measurement.merge([one[impl] for one in per_round])[0] for impl in fns}
             got = ratio_rows(f"eager_op {pl}", op, res, reference="DTensor", kinds=_KINDS, world_size=1)
-            rows += got
             by = {r["impl"]: r for r in got}
+            for impl, row in by.items():
+                row["ratio"] = round(statistics.median(
+                    one[impl].median / one["DTensor"].median for one in per_round), 3)
+            rows += got
             ratios.append(by["kit ShardedTensor"]["ratio"])
             kit_us.append(by["kit ShardedTensor"]["median_us"])
             ref_us.append(by["DTensor"]["median_us"])

@@ -481,7 +481,7 @@ def layernorm_sp_rows(quick: bool = False, size: int = 2, rounds: int | None = N
                     row.update(median_us=round(min(o["step"] for o in ok) * 1e6, 1), graphs=max(o["graphs"] for o in ok),
                                max_loss_diff_vs_dense=float(f"{max(o['diff'] for o in ok):.2e}"))
                     if ratios:
-                        row.update(ratio=statistics.median(ratios) if impl == "kit" else 1.0, reference="DTensor",
+                        row.update(ratio=round(statistics.median(ratios), 3) if impl == "kit" else 1.0, reference="DTensor",
                                    ratios=ratios if impl == "kit" else [1.0] * len(ratios))
                 else:
                     row.update(median_us=float("nan"), error=next(p[impl]["error"] for p in pairs))
