@@ -76,6 +76,9 @@ NO_GATHER = [
     "nn.functional.pixel_shuffle", "nn.functional.pixel_unshuffle", "nn.functional.unfold",
     "diag_embed", "diagflat", "diagonal_scatter", "fft.hfft", "fft.irfft", "istft", "imag", "view_as_complex",
     "_unsafe_masked_index", "_unsafe_masked_index_put_accumulate",
+    # convolutions (the ``conv`` family: a batch shard stays, other shards made whole)
+    "nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv3d", "nn.functional.conv_transpose1d",
+    "nn.functional.conv_transpose2d", "nn.functional.conv_transpose3d",
     # the activations' gradients (elementwise rule) and torch's decompositions
     "nn.functional.celu", "nn.functional.elu", "nn.functional.selu", "nn.functional.hardshrink",
     "nn.functional.hardsigmoid", "nn.functional.hardtanh", "nn.functional.relu6", "nn.functional.leaky_relu",

@@ -110,11 +110,9 @@ def _decide_backward(func, args, kwargs):
     wdim = 1 if transposed else 0
     cdim = 1 if x.dim() == w.dim() else 0
     pgo = _pl(go, mesh)
-    lay = list(_layouts(mesh, x, w, transposed, groups, extra=((go, "batch"),)))
-    # "out" in the backward wants the incoming gradient on the channel dim too (what the
-    # forward's "out" layout produced); otherwise gathering the gradient costs what
-    # gathering the weight would.
-    lay = [None if L == "out" and not pgo[m].is_shard(cdim) else L for m, L in enumerate(lay)]
+    # "out" moves the incoming gradient to the channel shard: a local cut of a Replicate
+    # one, at most what gathering it would cost otherwise, and the weight stays put.
+    lay = _layouts(mesh, x, w, transposed, groups, extra=((go, "batch"),))
     passes = [L is None and _linear_partial(pgo[m]) for m, L in enumerate(lay)]
     got = tuple(Shard(0) if L == "batch" else Shard(cdim) if L == "out" else pgo[m] if passes[m] else _R
                 for m, L in enumerate(lay))
