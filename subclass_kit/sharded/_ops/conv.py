@@ -51,7 +51,7 @@ def _layouts(mesh, x, w, transposed: bool, groups: int, extra=()) -> tuple:
     n_out = w.shape[wdim]
     px, pw = _pl(x, mesh), _pl(w, mesh)
     extra_pl = [(_pl(t, mesh), d) for t, d in extra]
-    res = []
+    res: list[str | None] = []
     for m in range(mesh.ndim):
         k = mesh.shape[m]
         if batched and (px[m].is_shard(0) or any(p[m].is_shard(0) for p, d in extra_pl if d == "batch")):
