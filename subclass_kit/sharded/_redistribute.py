@@ -26,8 +26,7 @@ def redistribute_local(
     """This rank's shard under ``dst``, from its shard under ``src`` (placements normalized).
 
     Each placement does its own part (``to_replicate``, ``from_replicate``, a Partial's
-    ``reduce_scatter``); this only orders the steps. A mesh dim of size 1 changes placement
-    with no work: one rank's local is the same under every placement.
+    ``reduce_scatter``); this only orders the steps.
 
     Example (a one-rank mesh needs no communication):
         >>> import torch
@@ -38,14 +37,8 @@ def redistribute_local(
     if src == dst:
         return local
     cur = list(src)
-    shape = mesh.shape
     for i in reversed(range(len(src))):
         s, d = cur[i], dst[i]
-        if shape[i] == 1:
-            # One rank on this mesh dim: its shard is the whole tensor and a pending
-            # reduction's value is the value, under any placement (DTensor's shortcut too).
-            cur[i] = d
-            continue
         if s == d or s.is_replicate():
             continue
         if s.is_partial() and d.is_shard() and not any(p.is_shard(d.dim) for j, p in enumerate(cur) if j != i):

@@ -146,3 +146,30 @@ def test_guard_explanations_name_the_placements():
     g = guards.build(x)
     assert g.check(_st((8, 4), (Shard(0),), m, (0,)))
     assert_expected_inline(str(g.explain(_st((8, 4), (Replicate(),), m, (0,)))), """["L['x'].__tensor_flatten__()[1].placements: expected (Shard(0),), got (Replicate(),)", "L['x'].local.size()[0]: expected 4, got 8"]""")
+
+
+def test_a_mesh_dim_of_size_one_changes_placement_without_work():
+    # One rank's local is the value under any placement of that mesh dim (as DTensor's
+    # num_chunks == 1 shortcut), so the sharded bench's one-rank mesh times no collective.
+    # The fake mesh's groups do not exist: a collective would raise.
+    from subclass_kit.sharded._redistribute import redistribute_local
+
+    mesh = MeshRef("cpu", (1, 2), (0, 1), None, ("no-group-a", "no-group-b"))
+    local = torch.arange(6.0).reshape(2, 3)
+    for src, dst in ((Partial("sum"), Replicate()), (Shard(0), Replicate()), (Partial("max"), Shard(1)),
+                     (Replicate(), Shard(0))):
+        assert redistribute_local(local, mesh, (0, 0), (src, Replicate()), (dst, Replicate()), (2, 3)) is local
+
+
+def test_fast_op_calls_the_python_binding_only_where_it_can_only_mean_the_overload():
+    from subclass_kit import _compat
+
+    aten = torch.ops.aten
+    assert _compat.fast_op(aten.native_layer_norm.default) is torch._C._VariableFunctions.native_layer_norm
+    assert _compat.fast_op(aten.mse_loss.default) is torch._C._nn.mse_loss
+    # var has other functional overloads (dim, names_dim ...): its binding could pick one.
+    assert _compat.fast_op(aten.var.correction) is aten.var.correction._op
+    x = torch.randn(4, 8)
+    got = _compat.fast_op(aten.native_layer_norm.default)(x, [8], None, None, 1e-5)
+    for g, w in zip(got, aten.native_layer_norm.default(x, [8], None, None, 1e-5), strict=True):
+        torch.testing.assert_close(g, w)
