@@ -54,6 +54,9 @@ _DECOMPOSED = (
     aten.unfold_copy.default, aten.narrow_copy.default, aten.as_strided_copy.default,
     aten.unsafe_split.Tensor, aten._chunk_cat.default, aten.rot90.default,
     aten.fill.Scalar, aten.index_fill.int_Tensor,
+    # blocks on a diagonal, ranges whose ends are 0-d tensors
+    aten.block_diag.default, aten.linspace.Tensor_Scalar, aten.linspace.Tensor_Tensor,
+    aten.linspace.Scalar_Tensor, aten.logspace.Tensor_Scalar, aten.logspace.Tensor_Tensor,
 )
 
 

@@ -1,5 +1,5 @@
 """Ops that work along some dims (sort, topk, cumsum, flip, roll, tril, pad, index_select,
-max/argmax over a dim) and ops that index or scatter by a tensor of positions (index,
+max/argmax over a dim, kthvalue/median/mode) and ops that index or scatter by a tensor of positions (index,
 gather, scatter, index_put, index_add and the ``*_backward`` ops autograd emits for them).
 
 - *Along dims*: a shard on a dim the op works along is gathered first; shards on the other
@@ -61,6 +61,13 @@ def _reduced_dim(args, kwargs, nd):
     return dims, (set() if keepdim else dims)
 
 
+def _select_dim(args, kwargs, nd, at):
+    """(dims worked along, dims removed) of kthvalue / mode: ``dim`` (default -1) at ``at``,
+    ``keepdim`` after it."""
+    dim = _one(_arg(args, kwargs, at, "dim", -1), nd)
+    return dim, (set() if _arg(args, kwargs, at + 1, "keepdim", False) else dim)
+
+
 # op -> (args, kwargs, ndim) -> dims the op works along, or (those dims, dims it removes)
 _ALONG = {
     aten.roll.default: lambda a, k, nd: {d % nd for d in _arg(a, k, 2, "dims", ())} or _all(nd),
@@ -82,6 +89,13 @@ _ALONG = {
     aten.min.dim: _reduced_dim,
     aten.argmax.default: _reduced_dim,
     aten.argmin.default: _reduced_dim,
+    # order statistics along a dim: the k-th, the median, the most frequent value
+    aten.kthvalue.default: lambda a, k, nd: _select_dim(a, k, nd, 2),
+    aten.mode.default: lambda a, k, nd: _select_dim(a, k, nd, 1),
+    aten.median.dim: _reduced_dim,
+    aten.nanmedian.dim: _reduced_dim,
+    aten.median.default: lambda a, k, nd: (_all(nd), _all(nd)),
+    aten.nanmedian.default: lambda a, k, nd: (_all(nd), _all(nd)),
 }
 
 
