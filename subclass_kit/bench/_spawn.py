@@ -31,7 +31,7 @@ def _rank(measure: Callable[[], list], rank: int, size: int, port: int, pg_timeo
 
 
 def measure_on_ranks(measure: Callable[[], Any], size: int, *, what: str, method: str,
-                     pg_timeout: float, timeout: float, preload: tuple = ()) -> list:
+                     pg_timeout: float, timeout: float, preload: tuple = ()) -> Any:
     """Run ``measure()`` on each of ``size`` fresh ranks in one gloo group; rank 0's result.
 
     Args:
