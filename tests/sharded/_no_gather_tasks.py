@@ -58,21 +58,6 @@ def activation_backwards() -> dict:
         got = fn(distribute(G, mesh, [Shard(1)]), distribute(X, mesh, [Shard(1)]))
         close(got.full_tensor(), want, msg=f"{name}, Shard(1)")
         res[f"{name} Shard(1)"] = repr(got.placements)
-    # Order statistics along an unsharded dim keep the shard; along the sharded one they
-    # gather it (the along-dims rule), values and indices equal dense either way.
-    D = torch.randn(6, 5, generator=g)
-    for name, fn in {
-        "kthvalue": lambda t, d: torch.kthvalue(t, 2, dim=d),
-        "median": lambda t, d: torch.median(t, dim=d),
-        "nanmedian": lambda t, d: torch.nanmedian(t, dim=d, keepdim=True),
-        "mode": lambda t, d: torch.mode(t.round(), dim=d),
-    }.items():
-        for d in (0, 1):
-            got, want = fn(distribute(D, mesh, [Shard(0)]), d), fn(D, d)
-            close(got.values.full_tensor(), want.values, msg=f"{name} dim {d}")
-            close(got.indices.full_tensor(), want.indices, msg=f"{name} dim {d} indices")
-            res[f"{name} dim {d}"] = repr(got.values.placements)
-    close(torch.median(distribute(D, mesh, [Shard(0)])).full_tensor(), torch.median(D))
     res["gathered"] = sorted(map(str, gathered_ops()))
     return res
 
