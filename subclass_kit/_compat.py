@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
+import threading
 import pickle
 from typing import Any
 
@@ -503,8 +505,25 @@ def meta_mode():
         if _FAKE_MODE is None:
             _FAKE_MODE = FakeTensorMode()
         mode = _FAKE_MODE
-    with mode, disable_proxy_modes_tracing():
-        yield mode
+    _META_QUIET.depth = getattr(_META_QUIET, "depth", 0) + 1
+    try:
+        with mode, disable_proxy_modes_tracing():
+            yield mode
+    finally:
+        _META_QUIET.depth -= 1
+
+
+class _QuietMetaFailures:
+    """A filter on torch's fake-tensor logger: inside ``meta_mode`` a meta kernel that
+    refuses its arguments (det of a non-square matrix) raises to the caller, which reports
+    it as the op's own error; torch would also log it at ERROR with a whole traceback."""
+
+    def filter(self, record) -> bool:
+        return not (getattr(_META_QUIET, "depth", 0) and str(record.msg).startswith("failed while attempting to run meta"))
+
+
+_META_QUIET = threading.local()
+logging.getLogger("torch._subclasses.fake_tensor").addFilter(_QuietMetaFailures())
 
 
 def tracing_symbolically() -> bool:
