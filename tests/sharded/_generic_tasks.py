@@ -188,15 +188,21 @@ def losses(backend: str) -> dict:
             res[f"{name} {lname}"] = (repr(out.placements), sorted(map(str, gathered_ops())))
             if lname != "Shard(0)":
                 continue
-            torch._dynamo.reset()
-            cnt = CompileCounterWithBackend(backend)
-            x2 = distribute(D, mesh, pl).requires_grad_(True)
-            c = torch.compile(lambda t, u: (fn(t, u) ** 2).sum(), backend=cnt, fullgraph=True)(x2, y)
-            close(c.full_tensor(), (ref.detach() ** 2).sum(), msg=f"compiled {name}")
-            c.backward()
-            close(x2.grad.full_tensor(), d.grad, msg=f"compiled grad of {name}")
-            res[f"frames {name}"] = cnt.frame_count
+            res[f"frames {name}"] = _compiled_frames(fn, distribute(D, mesh, pl), y, ref, d.grad, backend, name)
     return res
+
+
+def _compiled_frames(fn, x, other, ref, ref_grad, backend: str, what: str) -> int:
+    """``sum(fn(x, other) ** 2)`` compiled (fullgraph): its value and ``x``'s gradient equal
+    the dense ``ref`` and ``ref_grad``; the frames compiled."""
+    torch._dynamo.reset()
+    cnt = CompileCounterWithBackend(backend)
+    x = x.requires_grad_(True)
+    c = torch.compile(lambda t, u: (fn(t, u) ** 2).sum(), backend=cnt, fullgraph=True)(x, other)
+    close(c.full_tensor(), (ref.detach() ** 2).sum(), msg=f"compiled {what}")
+    c.backward()
+    close(x.grad.full_tensor(), ref_grad, msg=f"compiled grad of {what}")
+    return cnt.frame_count
 
 
 def embeddings(backend: str) -> dict:
@@ -231,14 +237,8 @@ def embeddings(backend: str) -> dict:
             (out * out).sum().backward()
             close(w.grad.full_tensor(), d.grad, msg=f"grad {lname} pad={pad}")
             res[f"{lname} pad={pad}"] = (repr(out.placements), sorted(map(str, gathered_ops())))
-            torch._dynamo.reset()
-            cnt = CompileCounterWithBackend(backend)
-            w2 = distribute(W, mesh, wp).requires_grad_(True)
-            c = torch.compile(lambda t, u: (fn(t, u) ** 2).sum(), backend=cnt, fullgraph=True)(w2, i)
-            close(c.full_tensor(), (ref.detach() ** 2).sum(), msg=f"compiled {lname} pad={pad}")
-            c.backward()
-            close(w2.grad.full_tensor(), d.grad, msg=f"compiled grad {lname} pad={pad}")
-            res[f"frames {lname} pad={pad}"] = cnt.frame_count
+            res[f"frames {lname} pad={pad}"] = _compiled_frames(fn, distribute(W, mesh, wp), i, ref, d.grad, backend,
+                                                                f"{lname} pad={pad}")
     return res
 
 
