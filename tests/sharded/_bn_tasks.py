@@ -4,16 +4,14 @@ collectives issued (by name and size) so the tests can check that no activation 
 
 from __future__ import annotations
 
-from collections import Counter
-
 import torch
 import torch.distributed as dist
 from torch._dynamo.testing import CompileCounterWithBackend
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from subclass_kit import WrapperTensor
 from subclass_kit.sharded import Replicate, Shard, distribute
 from subclass_kit.sharded._ops.generic import gathered_ops, whole_ops
+
+from sharded._tp_upstream_tasks import Comms
 
 close = torch.testing.assert_close
 F = torch.nn.functional
@@ -27,23 +25,6 @@ def _mesh():
     from torch.distributed.device_mesh import init_device_mesh
 
     return init_device_mesh("cpu", (dist.get_world_size(),))
-
-
-class Comms(TorchDispatchMode):
-    """The functional collectives issued while active, by name, with the largest element
-    count each carried (an op on a ShardedTensor is let through to see its collectives)."""
-
-    def __init__(self):
-        super().__init__()
-        self.largest: Counter = Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if any(issubclass(t, WrapperTensor) for t in types):
-            return NotImplemented
-        if func.namespace == "_c10d_functional" and func._overloadpacket.__name__ != "wait_tensor":
-            name = func._overloadpacket.__name__
-            self.largest[name] = max(self.largest[name], args[0].numel())
-        return func(*args, **(kwargs or {}))
 
 
 def _same_on_every_rank(t: torch.Tensor, what: str) -> None:

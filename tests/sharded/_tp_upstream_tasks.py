@@ -59,11 +59,13 @@ class Comms(TorchDispatchMode):
     """Counts the functional collectives issued while active, by name (``all_reduce``,
     ``all_gather_into_tensor``, ``reduce_scatter_tensor``, ...), as torch's CommDebugMode:
     an op on a ShardedTensor is let through (NotImplemented) so that the collectives the
-    subclass issues for it are seen."""
+    subclass issues for it are seen. ``largest`` keeps, per name, the most elements one
+    call carried (the size of what a rule communicates)."""
 
     def __init__(self):
         super().__init__()
         self.counts: Counter = Counter()
+        self.largest: Counter = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if any(issubclass(t, WrapperTensor) for t in types):
@@ -72,7 +74,10 @@ class Comms(TorchDispatchMode):
         if ns in ("_c10d_functional", "c10d_functional", "c10d"):
             name = func._overloadpacket.__name__
             if name not in ("wait_tensor",):
-                self.counts[name.rstrip("_")] += 1
+                name = name.rstrip("_")
+                self.counts[name] += 1
+                size = args[0].numel() if isinstance(args[0], torch.Tensor) else 0  # c10d's list forms
+                self.largest[name] = max(self.largest[name], size)
         return func(*args, **(kwargs or {}))
 
     def total(self) -> int:

@@ -75,14 +75,22 @@ def test_metadata_norm_and_decomposed_rules_keep_shards_eager_and_compiled():
     assert r["dropout compiled=False"] == r["dropout compiled=True"] == "(Shard(1),)"
 
 
-def test_cross_entropy_with_the_batch_sharded_needs_no_gather():
-    r = world(2).run(_generic_tasks.losses, "aot_eager", timeout=TIMEOUT)[0]
+def _one_frame_and_no_gather(r: dict) -> dict:
+    """Asserts every compiled case took one frame and no case went through the gathering
+    fallback; returns the ``{case: (placements, gathered)}`` entries."""
+    cases = {}
     for key, v in r.items():
         if key.startswith("frames"):
             assert v == 1, key
-            continue
-        placements, gathered = v
-        assert gathered == [], key  # no op went through the gathering fallback
+        else:
+            assert v[1] == [], key  # no op went through the gathering fallback
+            cases[key] = v
+    return cases
+
+
+def test_cross_entropy_with_the_batch_sharded_needs_no_gather():
+    r = world(2).run(_generic_tasks.losses, "aot_eager", timeout=TIMEOUT)[0]
+    for key, (placements, _) in _one_frame_and_no_gather(r).items():
         if key.endswith("Shard(0)"):
             # per-row losses keep the shard; reduced ones are Partial sums of the local losses
             assert placements == ("(Shard(0),)" if " none" in key else "(Partial('sum'),)"), key
@@ -90,11 +98,7 @@ def test_cross_entropy_with_the_batch_sharded_needs_no_gather():
 
 def test_embedding_keeps_shards():
     r = world(2).run(_generic_tasks.embeddings, "aot_eager", timeout=TIMEOUT)[0]
-    for key, v in r.items():
-        if key.startswith("frames"):
-            assert v == 1, key
-            continue
-        assert v[1] == [], key  # no op went through the gathering fallback
+    _one_frame_and_no_gather(r)
     for pad in ("None", "3"):
         assert r[f"R table, Shard(0) ids pad={pad}"][0] == "(Shard(0),)"  # the indices' shard
         assert r[f"Shard(0) table pad={pad}"][0] == "(Partial('sum'),)"  # vocab-parallel
@@ -110,11 +114,7 @@ def test_group_norm_keeps_a_batch_shard():
 
 def test_mse_loss_on_equal_placements_is_one_local_op():
     r = world(2).run(_generic_tasks.mse_losses, "aot_eager", timeout=TIMEOUT)[0]
-    for key, v in r.items():
-        if key.startswith("frames"):
-            assert v == 1, key
-            continue
-        assert v[1] == [], key
+    _one_frame_and_no_gather(r)
     assert r["none Shard(0)"][0] == "(Shard(0),)" and r["none Shard(1)"][0] == "(Shard(1),)"
     assert r["mean Shard(0)"][0] == r["sum Shard(1)"][0] == "(Partial('sum'),)"
     assert r["mean Replicate()"][0] == "(Replicate(),)"
