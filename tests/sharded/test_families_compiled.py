@@ -56,7 +56,7 @@ def test_rules_keep_their_shards_and_gather_only_where_said(table):
     for key, v in r.items():
         if not key.startswith(("frames", "generic")):
             assert v["gathered"] == [], key
-    assert r["generic S0"]["gathered"], r["generic S0"]  # cdist has no rule: it gathers
+    assert r["generic S0"]["gathered"], r["generic S0"]  # take has no rule: it gathers
 
 
 def test_embedding_gradients_keep_the_table_sharded_where_the_op_can_see_it(table):

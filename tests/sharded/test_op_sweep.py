@@ -93,6 +93,16 @@ NO_GATHER = [
     "linalg.householder_product", "ormqr", "nn.functional.fractional_max_pool2d", "nn.functional.fractional_max_pool3d",
     "block_diag", "linspace.tensor_overload", "logspace.tensor_overload",
     "kthvalue", "mode", "median", "nanmedian", "masked.median",
+    # operands sharing dims (the ``shared_dims`` family): per-sample losses, point sets, features
+    "nn.functional.multi_margin_loss", "nn.functional.multilabel_margin_loss", "nn.functional.ctc_loss", "cdist",
+    "nn.functional.bilinear",
+    # ... and the losses torch composes of those rules
+    "nn.functional.margin_ranking_loss", "nn.functional.hinge_embedding_loss", "nn.functional.cosine_embedding_loss",
+    "nn.functional.triplet_margin_loss", "nn.functional.triplet_margin_with_distance_loss",
+    "nn.functional.soft_margin_loss",
+    # reductions by an index along one dim (``independent``: the other dims)
+    "index_reduce.mean", "index_reduce.prod", "index_reduce.amin", "index_reduce.amax",
+    "_segment_reduce.lengths", "_segment_reduce.offsets",
 ]
 
 CHUNK = 60

@@ -164,6 +164,29 @@ def _untouched(idx_at: int = 1, values_at: int | None = None, mask_at: int | Non
     return split
 
 
+def _except(dim: Callable, at: tuple, *, after: bool = False):
+    """Every dim but the one ``dim(args, kwargs)`` names -- the dim an ``index_reduce`` or a
+    ``segment_reduce`` indexes; ``after``: only the dims after it (a segment reduction's
+    lengths and offsets carry the dims before it)."""
+
+    def split(args, kwargs):
+        nd = args[at[0]].dim()
+        if nd == 0:
+            return (), ()
+        d = dim(args, kwargs) % nd
+        return tuple(i for i in range(d + 1 if after else 0, nd) if i != d), at
+
+    return split
+
+
+def _indexed(args, kwargs) -> int:
+    return args[1]
+
+
+def _axis(args, kwargs) -> int:
+    return kwargs.get("axis", 0)
+
+
 def _local_input_size(args, kept):
     """An upsample backward's ``input_size`` (a global size list) with each kept dim's
     local size, as the local ``grad_output`` has it."""
@@ -262,6 +285,10 @@ _OTHERS = {
     "grid_sampler_3d": _Rule(_first(1, (0, 1)), linear=0),
     "grid_sampler_2d_backward": _Rule(_first(1, (0, 1, 2))),
     "grid_sampler_3d_backward": _Rule(_first(1, (0, 1, 2))),
+    # reductions by an index along one dim: every other dim of self and source is untouched
+    "index_reduce": _Rule(_except(_indexed, (0, 3))),
+    "segment_reduce": _Rule(_except(_axis, (0,), after=True)),
+    "_segment_reduce_backward": _Rule(_except(_axis, (0, 1, 2), after=True), linear=0),
 }
 
 

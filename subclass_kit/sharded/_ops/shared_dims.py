@@ -1,0 +1,313 @@
+"""Ops whose operands share dims, as the subscripts of an einsum: a per-sample loss's batch,
+the rows of ``cdist``'s two point sets, the features of ``bilinear``'s ``_trilinear``.
+
+Each op is one entry of ``_RULES``: a function of the arguments giving its shared dims, each
+a :class:`Along` -- where the dim sits in each operand that carries it, and in each result:
+a dim there, or ``SUMMED`` when the op sums over it. Per mesh dim the rule is:
+
+- when a carrying operand is sharded on a shared dim (the first such dim decides; each dim
+  on one mesh dim at most), every carrying operand is laid out the same way (a plain or
+  Replicate operand cut locally), the others are used whole on that mesh dim, and each rank
+  runs the op on its locals: a result that has the dim keeps the shard, a result summed over
+  it is a ``Partial('sum')``;
+- otherwise, when the op is linear in one argument, the others fixed (a backward in its
+  incoming gradient, ``_trilinear`` in each operand), a ``Partial('sum'/'avg')`` of that
+  argument passes through to the result, unreduced;
+- otherwise every operand is made whole on that mesh dim (shards gathered, Partials
+  reduced) and the result is Replicate.
+
+A loss whose ``reduction='mean'`` averages over the batch (the first shared dim) runs with
+``'sum'`` on each rank's samples, scaled by the global count: a ``Partial('sum')`` of the
+mean, exact for uneven shards; its backward, run the same way, gives each sample's gradient.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, NamedTuple
+
+import torch
+
+from .._layout import chunk_size, chunk_start, local_shape
+from ..placements import Partial, Replicate, Shard
+from ..tensor import ShardedTensor, placements_of
+from ._common import TensorMeta, aten, global_meta, move, move_args, planned, spec_of, wrap_out
+
+__all__ = ["Along", "SUMMED", "shared_dims"]
+
+_SEQ = (list, tuple)
+_NONE, _MEAN, _SUM = 0, 1, 2
+
+#: A result's entry for a dim the op sums over.
+SUMMED = "summed"
+
+
+class Along(NamedTuple):
+    """One shared dim: ``{argument position: its dim there}``, and per result its dim or
+    ``SUMMED``."""
+
+    args: dict
+    results: tuple
+
+
+class _Rule(NamedTuple):
+    dims: Callable  # (args, kwargs) -> tuple of Along (empty: every operand whole)
+    linear: tuple = ()  # positions of arguments the op is linear in, each with the others fixed
+    # (position of the reduction argument, results scaled): a loss whose 'mean' averages over
+    # the first shared dim
+    mean: tuple | None = None
+    # positions of int lists with one entry per sample of the first shared dim (ctc's
+    # lengths): each rank passes its samples' entries
+    lists: tuple = ()
+    # (args, kwargs) -> the results' global metadata, for an op torch has no meta kernel for
+    meta: Callable | None = None
+    # {result: fill}: a result sized by this rank's data (ctc's log_alpha, by its longest
+    # target) padded to the global size
+    pad: dict = {}
+
+
+# ---- the shared dims, as functions of the arguments -------------------------------------------
+def _per_sample(at: tuple, results: int, grad: int | None = None, reduction: int | None = None):
+    """A loss on ``(N, ...)`` operands at positions ``at``, each sample alone: the batch dim 0.
+    Its first result is per sample or, reduced, summed over the batch; further results are
+    per sample. A backward's incoming gradient (``grad``) is per sample when unreduced."""
+
+    def split(args, kwargs):
+        x = args[at[0]]
+        if x.dim() < 2:
+            return ()  # one sample
+        red = _reduction(args, kwargs, reduction) if reduction is not None else _NONE
+        carried = dict.fromkeys(at, 0)
+        if grad is not None and red == _NONE:
+            carried[grad] = 0
+        first = 0 if red == _NONE or grad is not None else SUMMED
+        return (Along(carried, (first,) + (0,) * (results - 1)),)
+
+    return split
+
+
+def _reduction(args, kwargs, at: int) -> int:
+    return args[at] if len(args) > at else kwargs.get("reduction", _MEAN)
+
+
+def _ctc(grad: bool):
+    """``_ctc_loss`` and its backward on padded targets: the batch is ``log_probs``' dim 1
+    and dim 0 of the other tensors and of the lengths. Concatenated (1-D) targets are read at
+    offsets summed over the whole batch: used whole."""
+    at = {0: 0, 1: 1, 2: 0, 5: 0, 6: 0} if grad else {0: 1, 1: 0}
+
+    def split(args, kwargs):
+        lp, targets = (args[1], args[2]) if grad else (args[0], args[1])
+        if lp.dim() != 3 or targets.dim() != 2:
+            return ()
+        return (Along(at, (1,) if grad else (0, 0)),)
+
+    return split
+
+
+def _contiguous(shape: tuple, dtype) -> TensorMeta:
+    stride, n = [], 1
+    for s in reversed(shape):
+        stride.append(n)
+        n *= max(s, 1)
+    return TensorMeta(tuple(shape), tuple(reversed(stride)), dtype, 0)
+
+
+def _ctc_meta(args, kwargs):
+    # No meta kernel: log_alpha's last dim follows the longest target. CPU results are
+    # contiguous.
+    lp, target_lengths = args[0], args[3]
+    longest = max(target_lengths, default=0)
+    return (_contiguous((lp.shape[1],), lp.dtype),
+            _contiguous((lp.shape[1], lp.shape[0], 2 * longest + 1), lp.dtype))
+
+
+def _ctc_grad_meta(args, kwargs):
+    return _contiguous(tuple(args[1].shape), args[1].dtype)
+
+
+def _cdist(grad: bool):
+    """``_cdist_forward(x1 (*, P, M), x2 (*, R, M))`` -> ``(*, P, R)``: the batch dims, x1's
+    rows, x2's rows. Its backward, the gradient of x1 ``(*, P, M)`` from ``(grad, x1, x2, cdist)``:
+    the batch, x1's rows; x2's rows are summed over."""
+
+    def split(args, kwargs):
+        if grad:
+            g, x1, x2, dist = args[0], args[1], args[2], args[4]
+        else:
+            x1, x2 = args[0], args[1]
+        nd = x1.dim()
+        if x2.dim() != nd or tuple(x1.shape[:-2]) != tuple(x2.shape[:-2]):
+            return ()  # a broadcast batch
+        if grad:
+            batch = [Along({0: b, 1: b, 2: b, 4: b}, (b,)) for b in range(nd - 2)]
+            return (*batch, Along({0: nd - 2, 1: nd - 2, 4: nd - 2}, (nd - 2,)),
+                    Along({0: nd - 1, 2: nd - 2, 4: nd - 1}, (SUMMED,)))
+        batch = [Along({0: b, 1: b}, (b,)) for b in range(nd - 2)]
+        return (*batch, Along({0: nd - 2}, (nd - 2,)), Along({1: nd - 2}, (nd - 1,)))
+
+    return split
+
+
+def _trilinear(args, kwargs):
+    """``_trilinear(i1, i2, i3, expand1, expand2, expand3, sumdim)``: each operand unsqueezed
+    at its ``expand`` dims to one rank, multiplied, summed over ``sumdim``. Each dim of that
+    space is shared by the operands not expanded there; the result keeps it or sums it."""
+    ops, expands, sumdim = args[:3], args[3:6], set(args[6])
+    total = ops[0].dim() + len(expands[0])
+    out = []
+    for e in range(total):
+        carried = {i: e - sum(x < e for x in expands[i]) for i in range(3) if e not in expands[i]}
+        sizes = {ops[i].shape[d] for i, d in carried.items()}
+        if len(sizes) != 1:
+            continue  # a broadcast dim
+        out.append(Along(carried, (SUMMED if e in sumdim else e - sum(x < e for x in sumdim),)))
+    return tuple(out)
+
+
+def _overload(name: str):
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(aten, packet), overload or "default")
+
+
+_RULES = {
+    _overload(k): v for k, v in {
+        "multi_margin_loss": _Rule(_per_sample((0, 1), 1, reduction=5), mean=(5, (0,))),
+        "multi_margin_loss_backward": _Rule(_per_sample((1, 2), 1, grad=0, reduction=6), linear=(0,), mean=(6, (0,))),
+        "multilabel_margin_loss_forward": _Rule(_per_sample((0, 1), 2, reduction=2), mean=(2, (0,))),
+        "multilabel_margin_loss_backward": _Rule(_per_sample((1, 2, 4), 1, grad=0, reduction=3), linear=(0,),
+                                                 mean=(3, (0,))),
+        "_ctc_loss": _Rule(_ctc(False), lists=(2, 3), meta=_ctc_meta, pad={1: -math.inf}),
+        "_ctc_loss_backward": _Rule(_ctc(True), linear=(0,), lists=(3, 4), meta=_ctc_grad_meta),
+        "_cdist_forward": _Rule(_cdist(False)),
+        "_cdist_backward": _Rule(_cdist(True), linear=(0,)),
+        "_trilinear": _Rule(_trilinear, linear=(0, 1, 2)),
+    }.items()
+}
+
+
+# ---- the plan ---------------------------------------------------------------------------------
+def _fits(along: Along, args, k: int) -> bool:
+    """Whether every carrying operand has the dim at one size that every one of ``k`` ranks
+    gets a non-empty chunk of (torch's kernels refuse some empty inputs)."""
+    sizes = {args[i].shape[d] for i, d in along.args.items() if isinstance(args[i], torch.Tensor)}
+    if len(sizes) != 1:
+        return False
+    return chunk_size(next(iter(sizes)), k, k - 1) > 0
+
+
+def _linear_partial(p) -> bool:
+    return p.is_partial() and getattr(p, "op", None) in ("sum", "avg")
+
+
+def _decide(func, args, kwargs):
+    rule = _RULES[func]
+    mesh, coord = spec_of(func, args, kwargs)
+    shared = rule.dims(args, kwargs)
+    meta = global_meta(func, args, kwargs) if rule.meta is None else rule.meta(args, kwargs)
+    metas = tuple(meta) if type(meta) in _SEQ else (meta,)
+    tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    whole = Replicate()
+    targets = {i: [] for i in tensors}
+    outs: list = [[] for _ in metas]
+    used: list = []
+    for m in range(mesh.ndim):
+        pick = next(
+            (j for j, s in enumerate(shared) if j not in used and _fits(s, args, mesh.shape[m])
+             and any(type(args[i]) is ShardedTensor and placements_of(args[i])[m].is_shard(d)
+                     for i, d in s.args.items())),
+            None,
+        )
+        if pick is not None:
+            used.append(pick)
+            s = shared[pick]
+            for i in tensors:
+                targets[i].append(Shard(s.args[i]) if i in s.args else whole)
+            for r, d in enumerate(s.results):
+                outs[r].append(Partial("sum") if d == SUMMED else Shard(d))
+            continue
+        # No shard stays: a pending sum of the one argument the op is linear in passes through.
+        pending = [i for i in tensors if type(args[i]) is ShardedTensor and placements_of(args[i])[m].is_partial()]
+        p = placements_of(args[pending[0]])[m] if len(pending) == 1 else None
+        if len(metas) == 1 and pending and pending[0] in rule.linear and _linear_partial(p):
+            for i in tensors:
+                targets[i].append(p if i == pending[0] else whole)
+            outs[0].append(p)
+            continue
+        for i in tensors:
+            targets[i].append(whole)
+        for o in outs:
+            o.append(whole)
+    moves = tuple((i, tuple(t)) for i, t in targets.items())
+    cut = None
+    if rule.lists and 0 in used:
+        # This rank's samples: the batch is sharded on one mesh dim (each dim on one at most).
+        m = used.index(0)
+        n, k = len(args[rule.lists[0]]), mesh.shape[m]
+        start = chunk_start(n, k, coord[m])
+        cut = (rule.lists, start, start + chunk_size(n, k, coord[m]))
+    scale = None
+    if rule.mean is not None and 0 in used and _reduction(args, kwargs, rule.mean[0]) == _MEAN:
+        # The batch is sharded: each rank sums its samples' losses; over the global count.
+        i, d = next(iter(shared[0].args.items()))
+        scale = (rule.mean[0], rule.mean[1], 1.0 / args[i].shape[d])
+    return meta, moves, tuple(tuple(o) for o in outs), mesh, coord, scale, cut
+
+
+_plan = planned(_decide)
+
+
+@ShardedTensor.implements(*_RULES)
+def shared_dims(func, types, args, kwargs):
+    """Run the op on each rank's locals along the shared dims; see the module docstring."""
+    meta, moves, outs, mesh, coord, scale, cut = _plan(func, args, kwargs)
+    new = move_args(args, moves, mesh, coord)
+    if cut is not None:
+        at, start, stop = cut
+        for i in at:
+            new[i] = list(args[i][start:stop])
+    if scale is not None:
+        at, scaled, factor = scale
+        if at < len(new):
+            new[at] = _SUM
+        else:
+            kwargs = {**kwargs, "reduction": _SUM}
+    res = func(*new, **kwargs)
+    many = type(res) in _SEQ
+    res = list(res) if many else [res]
+    if scale is not None:
+        for r in scale[1]:
+            res[r] = res[r] * scale[2]
+    metas = meta if many else (meta,)
+    for r, fill in _RULES[func].pad.items():
+        res[r] = _pad_to(res[r], metas[r], mesh, outs[r], coord, fill)
+    out = [wrap_out(r, m, mesh, pl, coord) if type(m) is TensorMeta else r for r, m, pl in zip(res, metas, outs)]
+    return type(meta)(out) if many else out[0]
+
+
+def _pad_to(local, meta: TensorMeta, mesh, placements, coord, fill) -> torch.Tensor:
+    """``local`` grown (at the end of each short dim, with ``fill``) to this rank's part of
+    the global ``meta``."""
+    want = local_shape(meta.shape, placements, mesh.shape, coord)
+    if tuple(local.shape) == tuple(want):
+        return local
+    out = local.new_full(want, fill)
+    out[tuple(slice(0, n) for n in local.shape)] = local
+    return out
+
+
+# ---- lengths as tensors -----------------------------------------------------------------------
+@ShardedTensor.implements(aten._ctc_loss.Tensor, aten._ctc_loss_backward.Tensor)
+def ctc_lengths(func, types, args, kwargs):
+    """``_ctc_loss`` (and its backward) with the lengths as tensors: read (a ShardedTensor's
+    whole, a few ints per sample) into the int-list overload, whose rule cuts them with the
+    batch. (torch has no meta kernel for either: the shapes follow the lengths' values.)"""
+    lengths = (2, 3) if func is aten._ctc_loss.Tensor else (3, 4)
+    new = list(args)
+    for i in lengths:
+        t = new[i]
+        if type(t) is ShardedTensor:
+            t = move(t, (Replicate(),) * len(placements_of(t)))
+        new[i] = t.tolist()
+    op = aten._ctc_loss.default if func is aten._ctc_loss.Tensor else aten._ctc_loss_backward.default
+    return op(*new, **kwargs)

@@ -1,0 +1,201 @@
+"""Rank tasks for the ops taken off the generic gathering fallback by the ``shared_dims``
+family (per-sample losses, ``cdist``, ``bilinear``, ``ctc_loss``) and by the ``independent``
+family's index reductions (``index_reduce``, ``segment_reduce``): each case on the layouts
+its rule keeps (a batch shard, a row shard, a feature shard, a Partial passing through) and
+on one it must make whole, forward and backward against dense, with the collectives the
+forward issued counted; and one compiled case. Each raises on the first mismatch."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch._dynamo.testing import CompileCounterWithBackend
+
+from subclass_kit.sharded import Partial, Replicate, Shard, ShardedTensor, distribute
+from subclass_kit.sharded._ops.generic import gathered_ops
+
+from sharded._tp_upstream_tasks import Comms
+
+close = torch.testing.assert_close
+S0, S1, S2, R, P = Shard(0), Shard(1), Shard(2), Replicate(), Partial("sum")
+F64 = torch.float64
+
+
+def _mesh():
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (dist.get_world_size(),))
+
+
+def _randn(*shape):
+    return lambda g: torch.randn(*shape, generator=g, dtype=F64)
+
+
+_CLASSES = torch.tensor([2, 0, 3, 3, 1])  # one target class per sample (5 samples: uneven)
+_LABELS = torch.tensor([[3, 0, -1, 1], [1, -1, 0, 0], [0, 2, 3, -1], [2, -1, 1, 1], [1, 3, -1, 0]])
+_WEIGHT = torch.tensor([0.5, 1.0, 2.0, 1.5], dtype=F64)
+# ctc: T=6 frames, N=4 samples, C=4 classes; padded targets (N, 3) and their lengths
+_TARGETS = torch.tensor([[1, 2, 2], [3, 1, 0], [2, 0, 0], [1, 3, 2]])
+_IN_LENS, _TGT_LENS = [6, 5, 6, 4], [3, 2, 1, 3]
+_INDEX = torch.tensor([0, 2, 2, 1, 0, 3])
+_LENGTHS = torch.tensor([2, 0, 3, 1])
+
+
+def _ctc(lp, reduction):
+    return F.ctc_loss(lp.log_softmax(-1), _TARGETS, _IN_LENS, _TGT_LENS, reduction=reduction)
+
+
+def _ctc_tensor_lengths(lp):
+    return F.ctc_loss(lp.log_softmax(-1), _TARGETS, torch.tensor(_IN_LENS), torch.tensor(_TGT_LENS))
+
+
+# name -> (inputs, op, {layout label: placements of the inputs}); every layout's forward
+# expected without a collective unless its label says "gathers" (reduced first or made
+# whole by the rule).
+CASES = {
+    "multi_margin_loss none": (
+        lambda g: [torch.randn(5, 4, generator=g, dtype=F64)],
+        lambda x: F.multi_margin_loss(x, _CLASSES, reduction="none"),
+        {"S0": [S0], "S1 gathers": [S1], "P gathers": [P]}),
+    "multi_margin_loss mean weighted p=2": (
+        lambda g: [torch.randn(5, 4, generator=g, dtype=F64)],
+        lambda x: F.multi_margin_loss(x, _CLASSES, p=2, margin=0.7, weight=_WEIGHT),
+        {"S0": [S0], "R": [R]}),
+    "multi_margin_loss sum": (
+        lambda g: [torch.randn(5, 4, generator=g, dtype=F64)],
+        lambda x: F.multi_margin_loss(x, _CLASSES, reduction="sum"),
+        {"S0": [S0]}),
+    "multilabel_margin_loss mean": (
+        lambda g: [torch.randn(5, 4, generator=g, dtype=F64)],
+        lambda x: F.multilabel_margin_loss(x, _LABELS),
+        {"S0": [S0], "S1 gathers": [S1]}),
+    "multilabel_margin_loss none": (
+        lambda g: [torch.randn(5, 4, generator=g, dtype=F64)],
+        lambda x: F.multilabel_margin_loss(x, _LABELS, reduction="none"),
+        {"S0": [S0]}),
+    "cdist": (
+        lambda g: [torch.randn(3, 5, 4, generator=g, dtype=F64), torch.randn(3, 6, 4, generator=g, dtype=F64)],
+        lambda a, b: torch.cdist(a, b),
+        {"batch S0,S0": [S0, S0], "x1 rows S1,R": [S1, R], "x2 rows R,S1": [R, S1], "features S2,S2 gathers": [S2, S2]}),
+    "cdist p=1": (
+        lambda g: [torch.randn(5, 4, generator=g, dtype=F64), torch.randn(6, 4, generator=g, dtype=F64)],
+        lambda a, b: torch.cdist(a, b, p=1.0),
+        {"x1 rows S0,R": [S0, R], "x2 rows R,S0": [R, S0]}),
+    "bilinear": (
+        lambda g: [_randn(5, 3)(g), _randn(5, 4)(g), _randn(6, 3, 4)(g), _randn(6)(g)],
+        lambda a, b, w, bias: F.bilinear(a, b, w, bias),
+        {"batch S0,S0,R,R": [S0, S0, R, R], "out features R,R,S0,S0": [R, R, S0, S0],
+         "in features S1,R,S1,R": [S1, R, S1, R], "P,R,R,R": [P, R, R, R]}),
+    "ctc_loss mean": (
+        lambda g: [_randn(6, 4, 4)(g)],
+        lambda lp: _ctc(lp, "mean"),
+        {"batch S1": [S1], "frames S0 gathers": [S0]}),
+    "ctc_loss none": (lambda g: [_randn(6, 4, 4)(g)], lambda lp: _ctc(lp, "none"), {"batch S1": [S1]}),
+    "ctc_loss tensor lengths": (lambda g: [_randn(6, 4, 4)(g)], _ctc_tensor_lengths, {"batch S1": [S1]}),
+    "index_reduce prod": (
+        lambda g: [_randn(4, 5)(g), _randn(6, 5)(g)],
+        lambda x, src: x.index_reduce(0, _INDEX, src, "prod"),
+        {"S1,S1": [S1, S1], "S1,R": [S1, R], "S0,R gathers": [S0, R]}),
+    "index_reduce amax": (
+        lambda g: [_randn(5, 4)(g), _randn(5, 6)(g)],
+        lambda x, src: x.index_reduce(1, _INDEX, src, "amax", include_self=False),
+        {"S0,S0": [S0, S0]}),
+    "segment_reduce sum": (
+        lambda g: [_randn(6, 5)(g)],
+        lambda x: torch.segment_reduce(x, "sum", lengths=_LENGTHS),
+        {"S1": [S1], "S0 gathers": [S0]}),
+    "segment_reduce max": (
+        lambda g: [_randn(6, 5)(g)],
+        lambda x: torch.segment_reduce(x, "max", lengths=_LENGTHS, unsafe=True, initial=0.0),
+        {"S1": [S1]}),
+}
+
+# (case, layout) -> placements of the result
+PLACEMENTS = {
+    ("multi_margin_loss none", "S0"): "(Shard(0),)",
+    ("multi_margin_loss mean weighted p=2", "S0"): "(Partial('sum'),)",
+    ("multi_margin_loss sum", "S0"): "(Partial('sum'),)",
+    ("multilabel_margin_loss mean", "S0"): "(Partial('sum'),)",
+    ("multilabel_margin_loss none", "S0"): "(Shard(0),)",
+    ("cdist", "batch S0,S0"): "(Shard(0),)",
+    ("cdist", "x1 rows S1,R"): "(Shard(1),)",
+    ("cdist", "x2 rows R,S1"): "(Shard(2),)",
+    ("cdist p=1", "x1 rows S0,R"): "(Shard(0),)",
+    ("cdist p=1", "x2 rows R,S0"): "(Shard(1),)",
+    ("bilinear", "batch S0,S0,R,R"): "(Shard(0),)",
+    ("bilinear", "out features R,R,S0,S0"): "(Shard(1),)",
+    ("bilinear", "P,R,R,R"): "(Partial('sum'),)",  # linear in each input: passes through
+    ("bilinear", "in features S1,R,S1,R"): "(Partial('sum'),)",  # a pending sum, the bias added once
+    ("ctc_loss none", "batch S1"): "(Shard(0),)",
+    ("ctc_loss mean", "batch S1"): "(Partial('sum'),)",
+    ("ctc_loss tensor lengths", "batch S1"): "(Partial('sum'),)",
+    ("index_reduce prod", "S1,S1"): "(Shard(1),)",
+    ("index_reduce prod", "S1,R"): "(Shard(1),)",
+    ("index_reduce amax", "S0,S0"): "(Shard(0),)",
+    ("segment_reduce sum", "S1"): "(Shard(1),)",
+    ("segment_reduce max", "S1"): "(Shard(1),)",
+}
+
+
+def _place(t, mesh, p):
+    if p.is_partial():  # an addend per rank (halves: exact in float64)
+        return ShardedTensor.from_local(t / dist.get_world_size(), mesh, [p], shape=t.shape)
+    return distribute(t, mesh, [p])
+
+
+def eager() -> dict:
+    """Every case and layout: values and input gradients equal dense; the result's placements,
+    the collectives of the forward and the overloads that took the fallback (forward and
+    backward)."""
+    mesh = _mesh()
+    out: dict = {}
+    for n, (name, (make, fn, layouts)) in enumerate(CASES.items()):
+        g = torch.Generator().manual_seed(30 + n)
+        ins = make(g)
+        dense = [t.clone().requires_grad_(True) for t in ins]
+        ref = fn(*dense)
+        w = torch.randn(ref.shape, generator=g, dtype=ref.dtype)
+        (ref * w).sum().backward()
+        for label, pls in layouts.items():
+            args = [_place(t, mesh, p).requires_grad_(True) for t, p in zip(ins, pls)]
+            gathered_ops().clear()
+            with Comms() as comms:
+                y = fn(*args)
+            close(y.full_tensor(), ref.detach(), msg=f"{name} {label}")
+            (y * w).sum().backward()
+            for i, (a, d) in enumerate(zip(args, dense)):
+                close(a.grad.full_tensor(), d.grad, msg=f"{name} {label}: gradient of input {i}")
+            out[f"{name} {label}"] = {
+                "placements": repr(tuple(y.placements)),
+                "comms": comms.total(),
+                "gathered": sorted(map(str, gathered_ops())),
+            }
+    return out
+
+
+def compiled(backend: str) -> dict:
+    """A batch-sharded margin loss plus a row-sharded cdist, compiled (fullgraph): one graph,
+    value and gradients equal dense on two sets of values, no fallback."""
+    mesh = _mesh()
+
+    def step(x, y):
+        return F.multi_margin_loss(x, _CLASSES) + torch.cdist(x, y).mean()
+
+    cnt = CompileCounterWithBackend(backend)
+    run = torch.compile(step, backend=cnt, fullgraph=True)
+    gathered_ops().clear()
+    for seed in (40, 41):
+        g = torch.Generator().manual_seed(seed)
+        X, Y = torch.randn(5, 4, generator=g, dtype=F64), torch.randn(3, 4, generator=g, dtype=F64)
+        dx, dy = X.clone().requires_grad_(True), Y.clone().requires_grad_(True)
+        ref = step(dx, dy)
+        ref.backward()
+        x = distribute(X, mesh, [S0]).requires_grad_(True)
+        y = distribute(Y, mesh, [R]).requires_grad_(True)
+        loss = run(x, y)
+        close(loss.full_tensor(), ref.detach(), msg=f"compiled, seed {seed}")
+        loss.backward()
+        close(x.grad.full_tensor(), dx.grad, msg=f"compiled grad x, seed {seed}")
+        close(y.grad.full_tensor(), dy.grad, msg=f"compiled grad y, seed {seed}")
+    return {"frames": cnt.frame_count, "gathered": sorted(map(str, gathered_ops()))}

@@ -1,0 +1,38 @@
+"""Ops taken off the generic gathering fallback, on a 2-rank gloo world against dense: the
+``shared_dims`` family (``multi_margin_loss``, ``multilabel_margin_loss``, ``cdist``,
+``bilinear``, ``ctc_loss``, each with its backward) and the ``independent`` family's index
+reductions (``index_reduce``, ``segment_reduce``). A shard the rule keeps costs no collective
+in the forward; a shard it cannot keep is made whole by the rule, never by the fallback."""
+
+from __future__ import annotations
+
+import pytest
+
+from kit_helpers.harness import world
+
+from sharded import _shared_dims_tasks
+
+pytestmark = pytest.mark.dist
+
+TIMEOUT = 300.0
+
+
+def test_shared_dims_keep_the_shard_and_match_dense():
+    results = world(2).run(_shared_dims_tasks.eager, timeout=TIMEOUT)
+    assert results[0] == results[1]
+    r = results[0]
+    for name, (_, _, layouts) in _shared_dims_tasks.CASES.items():
+        for label in layouts:
+            got = r[f"{name} {label}"]
+            assert got["gathered"] == [], (name, label, got)  # forward and backward
+            if "gathers" in label:
+                assert got["comms"] > 0 and got["placements"] == "(Replicate(),)", (name, label, got)
+            else:
+                assert got["comms"] == 0, (name, label, got)
+    for (name, label), placements in _shared_dims_tasks.PLACEMENTS.items():
+        assert r[f"{name} {label}"]["placements"] == placements, (name, label)
+
+
+def test_shared_dims_compiled_aot_eager():
+    results = world(2).run(_shared_dims_tasks.compiled, "aot_eager", timeout=TIMEOUT)
+    assert results[0] == {"frames": 1, "gathered": []}
