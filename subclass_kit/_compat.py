@@ -749,6 +749,18 @@ def decomposition(func):
 
     return decomposition_table.get(func)
 
+def chunked_linear_cross_entropy():
+    """torch's chunked ``F.linear_cross_entropy`` op with a scalar reduction (a custom op,
+    ``torch_nn::_linear_cross_entropy_batch_chunked``, registered when its module is
+    imported), or None where torch has none."""
+    try:
+        import torch.nn.modules.linear_cross_entropy  # noqa: F401  (registers the op)
+    except ImportError:
+        return None
+    packet = getattr(getattr(torch.ops, "torch_nn", None), "_linear_cross_entropy_batch_chunked", None)
+    return None if packet is None else packet.default
+
+
 # ---- torch's own counterparts, for the benchmarks (subclass_kit.bench) -------------------------
 
 

@@ -1,6 +1,7 @@
 """Rank tasks for the ops taken off the generic gathering fallback by the ``shared_dims``
-family (per-sample losses, ``cdist``, ``bilinear``, ``ctc_loss``) and by the ``independent``
-family's index reductions (``index_reduce``, ``segment_reduce``): each case on the layouts
+family (per-sample losses, ``cdist``, ``bilinear``, ``ctc_loss``), the chunked
+``linear_cross_entropy`` rule, and the ``independent`` family's index reductions
+(``index_reduce``, ``segment_reduce``): each case on the layouts
 its rule keeps (a batch shard, a row shard, a feature shard, a Partial passing through) and
 on one it must make whole, forward and backward against dense, with the collectives the
 forward issued counted; and one compiled case. Each raises on the first mismatch."""
@@ -40,6 +41,16 @@ _TARGETS = torch.tensor([[1, 2, 2], [3, 1, 0], [2, 0, 0], [1, 3, 2]])
 _IN_LENS, _TGT_LENS = [6, 5, 6, 4], [3, 2, 1, 3]
 _INDEX = torch.tensor([0, 2, 2, 1, 0, 3])
 _LENGTHS = torch.tensor([2, 0, 3, 1])
+
+
+_CE_TARGETS = torch.tensor([2, 0, 1, 2, 1])
+_CE_WEIGHT = torch.tensor([0.5, 2.0, 1.0], dtype=F64)
+
+
+def _chunked_ce(reduction, **kw):
+    opts = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2, allow_retain_graph=True)
+    return lambda x, w, b: F.linear_cross_entropy(x, w, _CE_TARGETS, linear_bias=b, reduction=reduction,
+                                                  options=opts, **kw)
 
 
 def _ctc(lp, reduction):
@@ -93,6 +104,14 @@ CASES = {
         {"batch S1": [S1], "frames S0 gathers": [S0]}),
     "ctc_loss none": (lambda g: [_randn(6, 4, 4)(g)], lambda lp: _ctc(lp, "none"), {"batch S1": [S1]}),
     "ctc_loss tensor lengths": (lambda g: [_randn(6, 4, 4)(g)], _ctc_tensor_lengths, {"batch S1": [S1]}),
+    "chunked linear_cross_entropy mean": (
+        lambda g: [_randn(5, 4)(g), _randn(3, 4)(g), _randn(3)(g)],
+        _chunked_ce("mean", weight=_CE_WEIGHT, ignore_index=1),
+        {"rows S0,R,R": [S0, R, R], "features S1,S1,R gathers": [S1, S1, R]}),
+    "chunked linear_cross_entropy sum": (
+        lambda g: [_randn(5, 4)(g), _randn(3, 4)(g), _randn(3)(g)],
+        _chunked_ce("sum"),
+        {"rows S0,R,R": [S0, R, R]}),
     "index_reduce prod": (
         lambda g: [_randn(4, 5)(g), _randn(6, 5)(g)],
         lambda x, src: x.index_reduce(0, _INDEX, src, "prod"),
@@ -109,6 +128,12 @@ CASES = {
         lambda g: [_randn(6, 5)(g)],
         lambda x: torch.segment_reduce(x, "max", lengths=_LENGTHS, unsafe=True, initial=0.0),
         {"S1": [S1]}),
+}
+
+# (case, layout) -> collectives of the forward, where a kept shard needs some
+COMMS = {
+    # the total weight of the targets, one scalar
+    ("chunked linear_cross_entropy mean", "rows S0,R,R"): 1,
 }
 
 # (case, layout) -> placements of the result
@@ -130,6 +155,8 @@ PLACEMENTS = {
     ("ctc_loss none", "batch S1"): "(Shard(0),)",
     ("ctc_loss mean", "batch S1"): "(Partial('sum'),)",
     ("ctc_loss tensor lengths", "batch S1"): "(Partial('sum'),)",
+    ("chunked linear_cross_entropy mean", "rows S0,R,R"): "(Partial('sum'),)",
+    ("chunked linear_cross_entropy sum", "rows S0,R,R"): "(Partial('sum'),)",
     ("index_reduce prod", "S1,S1"): "(Shard(1),)",
     ("index_reduce prod", "S1,R"): "(Shard(1),)",
     ("index_reduce amax", "S0,S0"): "(Shard(0),)",

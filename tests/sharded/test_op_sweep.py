@@ -39,7 +39,7 @@ NO_GATHER = [
     "nn.functional.layer_norm", "nn.functional.rms_norm", "softmax", "log_softmax",
     "nn.functional.mse_loss", "nn.functional.binary_cross_entropy", "nn.functional.smooth_l1_loss",
     "nn.functional.huber_loss", "nn.functional.cross_entropy", "nn.functional.nll_loss",
-    "nn.functional.linear_cross_entropy", "nn.functional.embedding", "nn.functional.group_norm",
+    "nn.functional.linear_cross_entropy", "nn.functional.linear_cross_entropy.chunked", "nn.functional.embedding", "nn.functional.group_norm",
     "native_group_norm", "native_batch_norm", "_native_batch_norm_legit", "_batch_norm_with_update",
     "nn.functional.batch_norm", "nn.functional.instance_norm",
     "mv", "addmv", "dot", "vdot", "addr", "mm", "addmm", "bmm", "baddbmm", "matmul",
