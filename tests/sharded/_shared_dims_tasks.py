@@ -201,6 +201,45 @@ def eager() -> dict:
     return out
 
 
+def scaled_mm() -> dict:
+    """float8 ``_scaled_mm`` (no gradient) with row-wise and column-wise scales and a bias:
+    a's rows or b's columns sharded stay, with no collective; a shard of the contraction is
+    made whole by the rule. Values equal dense; the result's placements and collectives."""
+    mesh = _mesh()
+    g = torch.Generator().manual_seed(50)
+    A = torch.randn(5, 16, generator=g).to(torch.float8_e4m3fn)
+    B = torch.randn(6, 16, generator=g).to(torch.float8_e4m3fn).t()  # column-major, as required
+    SA, SB = torch.rand(5, 1, generator=g) + 0.5, torch.rand(1, 6, generator=g) + 0.5
+    bias = torch.randn(6, generator=g).to(torch.bfloat16)
+
+    def fn(a, b, sa, sb, bias):
+        return torch._scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.bfloat16)
+
+    want = fn(A, B, SA, SB, bias)
+    out = {}
+    for label, pls in {"rows": [S0, R, S0, R, R], "columns": [R, S1, R, S1, S0], "contraction": [S1, S0, R, R, R],
+                       "rows, plain scales": [S0, R, R, R, R]}.items():
+        args = [distribute(t, mesh, [p]) if not (p.is_replicate() and "plain" in label) else t
+                for t, p in zip((A, B, SA, SB, bias), pls)]
+        gathered_ops().clear()
+        with Comms() as comms:
+            y = fn(*args)
+        close(y.full_tensor(), want, msg=f"_scaled_mm {label}")
+        out[label] = (repr(tuple(y.placements)), comms.total(), sorted(map(str, gathered_ops())))
+    # _scaled_mm_v2: the scales in lists, with their recipes (1: row-wise) and swizzles (0: none)
+    rowwise = [1]
+    want = torch.ops.aten._scaled_mm_v2(A, B, [SA], rowwise, [0], [SB], rowwise, [0], bias, torch.bfloat16)
+    for label, (pa, pb) in {"v2 rows": (S0, R), "v2 columns": (R, S1)}.items():
+        a, b = distribute(A, mesh, [pa]), distribute(B, mesh, [pb])
+        sa, sb = distribute(SA, mesh, [pa]), distribute(SB, mesh, [pb])
+        gathered_ops().clear()
+        with Comms() as comms:
+            y = torch.ops.aten._scaled_mm_v2(a, b, [sa], rowwise, [0], [sb], rowwise, [0], bias, torch.bfloat16)
+        close(y.full_tensor(), want, msg=f"_scaled_mm_v2 {label}")
+        out[label] = (repr(tuple(y.placements)), comms.total(), sorted(map(str, gathered_ops())))
+    return out
+
+
 def compiled(backend: str) -> dict:
     """A batch-sharded margin loss plus a row-sharded cdist, compiled (fullgraph): one graph,
     value and gradients equal dense on two sets of values, no fallback."""

@@ -34,6 +34,16 @@ def test_shared_dims_keep_the_shard_and_match_dense():
         assert r[f"{name} {label}"]["placements"] == placements, (name, label)
 
 
+def test_scaled_mm_keeps_rows_and_columns():
+    r = world(2).run(_shared_dims_tasks.scaled_mm, timeout=TIMEOUT)[0]
+    assert r["rows"] == ("(Shard(0),)", 0, [])
+    assert r["rows, plain scales"] == ("(Shard(0),)", 0, [])  # a plain row-wise scale is cut locally
+    assert r["columns"] == ("(Shard(1),)", 0, [])  # the bias cut with the columns
+    assert r["v2 rows"] == ("(Shard(0),)", 0, []) and r["v2 columns"] == ("(Shard(1),)", 0, [])
+    placements, comms, gathered = r["contraction"]
+    assert placements == "(Replicate(),)" and comms > 0 and gathered == []
+
+
 def test_shared_dims_compiled_aot_eager():
     results = world(2).run(_shared_dims_tasks.compiled, "aot_eager", timeout=TIMEOUT)
     assert results[0] == {"frames": 1, "gathered": []}

@@ -31,7 +31,7 @@ import torch
 from .._layout import chunk_size, chunk_start, local_shape
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of
-from ._common import TensorMeta, aten, global_meta, move, move_args, planned, spec_of, wrap_out
+from ._common import TensorMeta, aten, global_meta, move, move_plain, planned, spec_of, wrap_out
 
 __all__ = ["Along", "SUMMED", "shared_dims"]
 
@@ -43,8 +43,8 @@ SUMMED = "summed"
 
 
 class Along(NamedTuple):
-    """One shared dim: ``{argument position: its dim there}``, and per result its dim or
-    ``SUMMED``."""
+    """One shared dim: ``{argument position: its dim there}`` (a position in a list argument
+    is ``(position, index)``), and per result its dim or ``SUMMED``."""
 
     args: dict
     results: tuple
@@ -165,6 +165,44 @@ def _trilinear(args, kwargs):
     return tuple(out)
 
 
+def _scaled_mm(args, kwargs):
+    """float8 ``_scaled_mm(a (M, K), b (K, N), scale_a, scale_b, bias)``: a's rows (with a
+    row-wise scale's) and b's columns (with a column-wise scale's and the bias). The
+    contraction is not kept: partial products rounded to a float8 or bf16 result do not sum
+    to the rounded whole."""
+    a, b, sa, sb = args[:4]
+    bias = args[4] if len(args) > 4 else None
+    rows, cols = {0: 0}, {1: 1}
+    if sa.dim() == 2 and sa.numel() > 1:
+        rows[2] = 0
+    if sb.dim() == 2 and sb.numel() > 1:
+        cols[3] = 1
+    if isinstance(bias, torch.Tensor):
+        cols[4] = bias.dim() - 1
+    return (Along(rows, (0,)), Along(cols, (1,)))
+
+
+def _scaled_mm_v2(args, kwargs):
+    """``_scaled_mm_v2(a, b, [scale_a], recipe_a, swizzle_a, [scale_b], recipe_b, swizzle_b,
+    bias, ...)``: as ``_scaled_mm`` with one unswizzled scale per operand, a single number or
+    one per row of a (``(M, 1)``) or column of b (``(1, N)``); other recipes (blocks) are used
+    whole."""
+    a, b, sa, sb = args[0], args[1], args[2], args[5]
+    bias = args[8] if len(args) > 8 else None
+    if len(sa) != 1 or len(sb) != 1 or any(args[4]) or any(args[7]) or (len(args) > 10 and args[10]):
+        return ()
+    out = []
+    m, n = a.shape[0], b.shape[1]
+    if sa[0].numel() == 1 or tuple(sa[0].shape) == (m, 1):
+        out.append(Along({0: 0, **({(2, 0): 0} if sa[0].numel() > 1 else {})}, (0,)))
+    if sb[0].numel() == 1 or tuple(sb[0].shape) == (1, n):
+        cols: dict = {1: 1, **({(5, 0): 1} if sb[0].numel() > 1 else {})}
+        if isinstance(bias, torch.Tensor):
+            cols[8] = bias.dim() - 1
+        out.append(Along(cols, (1,)))
+    return tuple(out)
+
+
 def _overload(name: str):
     packet, _, overload = name.partition(".")
     return getattr(getattr(aten, packet), overload or "default")
@@ -182,15 +220,47 @@ _RULES = {
         "_cdist_forward": _Rule(_cdist(False)),
         "_cdist_backward": _Rule(_cdist(True), linear=(0,)),
         "_trilinear": _Rule(_trilinear, linear=(0, 1, 2)),
+        "_scaled_mm": _Rule(_scaled_mm),
+        "_scaled_mm_v2": _Rule(_scaled_mm_v2),
     }.items()
 }
 
 
 # ---- the plan ---------------------------------------------------------------------------------
+def _at(args, key):
+    return args[key[0]][key[1]] if type(key) is tuple else args[key]
+
+
+def _tensor_keys(args) -> list:
+    keys: list = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            keys.append(i)
+        elif type(a) in _SEQ:
+            keys += [(i, j) for j, b in enumerate(a) if isinstance(b, torch.Tensor)]
+    return keys
+
+
+def _moved(args, moves, mesh, coord) -> list:
+    """``args`` with each ``(key, target)`` of ``moves`` moved (a list argument copied)."""
+    new = list(args)
+    for key, target in moves:
+        a = _at(args, key)
+        local = move(a, target) if type(a) is ShardedTensor else move_plain(a, mesh, coord, target)
+        if type(key) is tuple:
+            i, j = key
+            if type(new[i]) is not list or new[i] is args[i]:
+                new[i] = list(new[i])
+            new[i][j] = local
+        else:
+            new[key] = local
+    return new
+
+
 def _fits(along: Along, args, k: int) -> bool:
     """Whether every carrying operand has the dim at one size that every one of ``k`` ranks
     gets a non-empty chunk of (torch's kernels refuse some empty inputs)."""
-    sizes = {args[i].shape[d] for i, d in along.args.items() if isinstance(args[i], torch.Tensor)}
+    sizes = {_at(args, i).shape[d] for i, d in along.args.items() if isinstance(_at(args, i), torch.Tensor)}
     if len(sizes) != 1:
         return False
     return chunk_size(next(iter(sizes)), k, k - 1) > 0
@@ -206,7 +276,7 @@ def _decide(func, args, kwargs):
     shared = rule.dims(args, kwargs)
     meta = global_meta(func, args, kwargs) if rule.meta is None else rule.meta(args, kwargs)
     metas = tuple(meta) if type(meta) in _SEQ else (meta,)
-    tensors = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)]
+    tensors = _tensor_keys(args)
     whole = Replicate()
     targets = {i: [] for i in tensors}
     outs: list = [[] for _ in metas]
@@ -214,7 +284,7 @@ def _decide(func, args, kwargs):
     for m in range(mesh.ndim):
         pick = next(
             (j for j, s in enumerate(shared) if j not in used and _fits(s, args, mesh.shape[m])
-             and any(type(args[i]) is ShardedTensor and placements_of(args[i])[m].is_shard(d)
+             and any(type(_at(args, i)) is ShardedTensor and placements_of(_at(args, i))[m].is_shard(d)
                      for i, d in s.args.items())),
             None,
         )
@@ -227,8 +297,9 @@ def _decide(func, args, kwargs):
                 outs[r].append(Partial("sum") if d == SUMMED else Shard(d))
             continue
         # No shard stays: a pending sum of the one argument the op is linear in passes through.
-        pending = [i for i in tensors if type(args[i]) is ShardedTensor and placements_of(args[i])[m].is_partial()]
-        p = placements_of(args[pending[0]])[m] if len(pending) == 1 else None
+        pending = [i for i in tensors
+                   if type(_at(args, i)) is ShardedTensor and placements_of(_at(args, i))[m].is_partial()]
+        p = placements_of(_at(args, pending[0]))[m] if len(pending) == 1 else None
         if len(metas) == 1 and pending and pending[0] in rule.linear and _linear_partial(p):
             for i in tensors:
                 targets[i].append(p if i == pending[0] else whole)
@@ -250,7 +321,7 @@ def _decide(func, args, kwargs):
     if rule.mean is not None and 0 in used and _reduction(args, kwargs, rule.mean[0]) == _MEAN:
         # The batch is sharded: each rank sums its samples' losses; over the global count.
         i, d = next(iter(shared[0].args.items()))
-        scale = (rule.mean[0], rule.mean[1], 1.0 / args[i].shape[d])
+        scale = (rule.mean[0], rule.mean[1], 1.0 / _at(args, i).shape[d])
     return meta, moves, tuple(tuple(o) for o in outs), mesh, coord, scale, cut
 
 
@@ -261,7 +332,7 @@ _plan = planned(_decide)
 def shared_dims(func, types, args, kwargs):
     """Run the op on each rank's locals along the shared dims; see the module docstring."""
     meta, moves, outs, mesh, coord, scale, cut = _plan(func, args, kwargs)
-    new = move_args(args, moves, mesh, coord)
+    new = _moved(args, moves, mesh, coord)
     if cut is not None:
         at, start, stop = cut
         for i in at:
@@ -272,6 +343,8 @@ def shared_dims(func, types, args, kwargs):
             new[at] = _SUM
         else:
             kwargs = {**kwargs, "reduction": _SUM}
+    if kwargs:
+        kwargs = {k: move(v, (Replicate(),) * mesh.ndim) if type(v) is ShardedTensor else v for k, v in kwargs.items()}
     res = func(*new, **kwargs)
     many = type(res) in _SEQ
     res = list(res) if many else [res]
