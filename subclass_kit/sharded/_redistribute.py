@@ -36,6 +36,10 @@ def redistribute_local(
     """
     if src == dst:
         return local
+    # A rule that chose one tensor dim on two mesh dims would get a wrong value from the
+    # steps below, not an error: refuse it here, where every move passes.
+    sharded = [p.shard_dim() for p in dst if p.is_shard()]
+    assert len(sharded) == len(set(sharded)), f"redistribute to nested placements {dst}"
     cur = list(src)
     for i in reversed(range(len(src))):
         s, d = cur[i], dst[i]

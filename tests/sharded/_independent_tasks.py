@@ -72,7 +72,8 @@ CASES = {
 
 # Ops linear in their input: a Partial('sum') passes through.
 LINEAR = {"avg_pool2d", "adaptive_avg_pool2d", "interpolate bilinear", "interpolate nearest", "interpolate bicubic",
-          "reflect pad", "replicate pad", "rfft last dim", "rfftn dims 0 and 3"}
+          "reflect pad", "replicate pad", "rfft last dim", "rfftn dims 0 and 3",
+          "fft2"}  # (its cast to complex and its .real are linear too)
 
 # Ops that check their factorization: one all-gather of the per-matrix ``info`` ints, so
 # that a failure raises on every rank (see errors_on_every_rank).

@@ -51,10 +51,18 @@ def _layouts(mesh, x, w, transposed: bool, groups: int, extra=()) -> tuple:
     n_out = w.shape[wdim]
     px, pw = _pl(x, mesh), _pl(w, mesh)
     extra_pl = [(_pl(t, mesh), d) for t, d in extra]
+    # One mesh dim at most shards the batch (a tensor dim is sharded by one mesh dim): the
+    # input's, else the first extra operand's batch shard.
+    batch_at = None
+    if batched:
+        batch_at = next((m for m in range(mesh.ndim) if px[m].is_shard(0)), None)
+        if batch_at is None:
+            batch_at = next((m for m in range(mesh.ndim)
+                             if any(p[m].is_shard(0) for p, d in extra_pl if d == "batch")), None)
     res: list[str | None] = []
     for m in range(mesh.ndim):
         k = mesh.shape[m]
-        if batched and (px[m].is_shard(0) or any(p[m].is_shard(0) for p, d in extra_pl if d == "batch")):
+        if m == batch_at:
             res.append("batch")
         elif (groups == 1 and pw[m].is_shard(wdim) and chunk_size(n_out, k, k - 1) > 0
               and "out" not in res):

@@ -82,19 +82,23 @@ def strategy(labels, a, b, mesh_ndim: int):
     pa, pb = _placements(a, mesh_ndim), _placements(b, mesh_ndim)
     wa, wb = _weight(a), _weight(b)
     ta, tb, to = [], [], []
-    taken: set = set()
+    # One tensor dim is sharded by one mesh dim only: a row that shards a dim of an operand
+    # or of the output an earlier mesh dim already shards is skipped (else a contraction
+    # label picked on two mesh dims would shard k twice: wrong values).
+    taken: tuple = (set(), set(), set())
     for i in range(mesh_ndim):
         best = None
         for sa, sb, so in _ROWS[labels]:
-            if so.is_shard() and so.dim in taken:
+            if any(p.is_shard() and p.dim in t for p, t in zip((sa, sb, so), taken)):
                 continue
             c = cost(pa[i], sa) * wa + cost(pb[i], sb) * wb
             if best is None or c < best[0]:
                 best = (c, sa, sb, so)
         assert best is not None  # the all-Replicate row is never skipped
         _, sa, sb, so = best
-        if so.is_shard():
-            taken.add(so.dim)
+        for p, t in zip((sa, sb, so), taken):
+            if p.is_shard():
+                t.add(p.dim)
         ta.append(sa)
         tb.append(sb)
         to.append(so)

@@ -61,7 +61,16 @@ def _broadcasts(x_shape, d, out_shape, od) -> bool:
     return x_shape[d] == 1 and out_shape[od] != 1
 
 
-def _partial_kind(func, i, ops, has_scalars) -> Partial | None:
+# Copies and casts: linear in their operand between floating and complex dtypes (a cast to
+# an integer or bool rounds each addend: not the sum's cast).
+_COPIES = {aten._to_copy.default, aten.clone.default}
+
+
+def _linear_cast(src: torch.dtype, dst: torch.dtype) -> bool:
+    return all(d.is_floating_point or d.is_complex for d in (src, dst))
+
+
+def _partial_kind(func, i, ops, has_scalars, out_dtype=None) -> Partial | None:
     """The Partial the output may keep on mesh dim ``i``, or None (reduce to Replicate)."""
     partial = [placements_of(x)[i] for _, x in ops if type(x) is ShardedTensor and placements_of(x)[i].is_partial()]
     if not partial:
@@ -74,6 +83,8 @@ def _partial_kind(func, i, ops, has_scalars) -> Partial | None:
         if p.op == "sum" and (has_scalars or plain):
             return None  # a constant would be added once per rank
         return p
+    if func in _COPIES:
+        return p if len(ops) == 1 and out_dtype is not None and _linear_cast(ops[0][1].dtype, out_dtype) else None
     if func in _ACTIVATION_BACKWARD:
         first = ops[0][1]
         if len(partial) == 1 and type(first) is ShardedTensor and placements_of(first)[i].is_partial():
@@ -91,7 +102,7 @@ def _partial_kind(func, i, ops, has_scalars) -> Partial | None:
     return None
 
 
-def _choose(func, mesh, ops, out_shape, has_scalars) -> tuple:
+def _choose(func, mesh, ops, out_shape, has_scalars, out_dtype=None) -> tuple:
     out_nd = len(out_shape)
     taken: set = set()
     out = []
@@ -108,7 +119,7 @@ def _choose(func, mesh, ops, out_shape, has_scalars) -> tuple:
                     pick = Shard(od)
                     break
         if pick is None:
-            pick = _partial_kind(func, i, ops, has_scalars) or Replicate()
+            pick = _partial_kind(func, i, ops, has_scalars, out_dtype) or Replicate()
         picked_dim = pick.shard_dim()
         if picked_dim is not None:
             taken.add(picked_dim)
@@ -151,7 +162,7 @@ def _plan(func, args, kwargs):
             if p.is_partial() and _partial_kind(func, i, ops, has_scalars) != p:
                 return _WHOLE  # computed whole, written back (see generic)
     else:
-        out_pl = _choose(func, mesh, ops, m0.shape, has_scalars)
+        out_pl = _choose(func, mesh, ops, m0.shape, has_scalars, m0.dtype)
     additive = func in _ADDITIVE
     moves = []
     for where, x in ops:
