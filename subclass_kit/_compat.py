@@ -787,3 +787,18 @@ def opinfo_db() -> list:
     from torch.testing._internal.common_methods_invocations import op_db
 
     return list(op_db)
+
+
+# Conversions whose result has a layout a wrapper of strided inner tensors cannot hold, by
+# the op packet's name (torch._mkldnn is private).
+_NOT_STRIDED = {
+    "_to_sparse": torch.sparse_coo, "_to_sparse_csr": torch.sparse_csr, "_to_sparse_csc": torch.sparse_csc,
+    "_to_sparse_bsr": torch.sparse_bsr, "_to_sparse_bsc": torch.sparse_bsc, "to_mkldnn": torch._mkldnn,
+}
+
+
+def non_strided_result(func):
+    """The layout of ``func``'s result when ``func`` converts to a non-strided layout (sparse,
+    mkldnn), else None."""
+    packet = getattr(func, "overloadpacket", None)
+    return None if packet is None else _NOT_STRIDED.get(packet.__name__)

@@ -139,16 +139,15 @@ def _resolve(cls, func):
     if h is not None:
         return h
     fb = cls.__fallback__
-    per_op = getattr(fb, "resolve_op", None)
-    if per_op is not None:
-        # fallbacks.per_op: the fallback names the handler for this op; cached like any other.
-        h = per_op(func)
-        if h is not None:
-            return checked_handler(cls, func, h)
-        fb = raise_unsupported
     # Once per (class, op): the result is cached by resolve().
     _log.debug("%s has no handler for %s; it goes to __fallback__ (%s)", cls.__qualname__, func,
                getattr(fb, "__qualname__", fb))
+    per_op = getattr(fb, "resolve_op", None)
+    if per_op is not None:
+        # fallbacks.per_op (and map_inner, which refuses some conversions): the fallback
+        # names the handler for this op; cached like any other.
+        h = per_op(func)
+        return checked_handler(cls, func, raise_unsupported if h is None else h)
     return checked_handler(cls, func, fb)
 
 

@@ -116,6 +116,32 @@ def map_inner(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any:
 _PLANS = _aliasing.PLANS
 
 
+def _map_inner_for(func) -> Handler:
+    """map_inner's handler for ``func`` (read by the dispatcher once per (class, op)):
+    map_inner itself, or a refusal for a conversion to a layout a wrapper cannot hold."""
+    layout = _compat.non_strided_result(func)
+    if layout is None:
+        return map_inner
+
+    @kit_handler
+    def refuse(func, types, args, kwargs):
+        owner = next((t for t in types if isinstance(t, type) and hasattr(t, "__kit__")), None)
+        name = owner.__qualname__ if owner is not None else "this WrapperTensor subclass"
+        op = op_name(func)
+        method = func.overloadpacket.__name__.lstrip("_")
+        raise UnsupportedOpError(
+            f"{name} cannot run {op} through fallbacks.map_inner: the result would wrap {layout} "
+            f"inner tensors in a strided {name} (a wrapper keeps sizes and strides; a {layout} "
+            f"tensor has no strides). Convert a plain tensor instead (x.to_plain().{method}() where "
+            f"{name} defines to_plain), or register a handler with @{name}.implements({op})."
+        )
+
+    return refuse
+
+
+map_inner.resolve_op = _map_inner_for  # type: ignore[attr-defined]  # read by the dispatcher (_dispatch.resolve)
+
+
 def _writes_wrappers(plan, args, kwargs) -> bool:
     """True when every argument the op writes is a kit wrapper (each inner writes its own)."""
     n_args = len(args)

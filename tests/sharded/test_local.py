@@ -92,6 +92,20 @@ def test_unsupported_op_names_class_overload_and_implements():
     assert "ShardedTensor" in msg and "aten.resize_.default" in msg and "implements" in msg
 
 
+@pytest.mark.parametrize("method", ["to_sparse", "to_sparse_csr", "to_mkldnn"])
+def test_a_non_strided_conversion_is_refused_before_any_gather(method, caplog):
+    from subclass_kit.sharded._ops.generic import gathered_ops
+
+    x = distribute(torch.randn(4, 3), LOCAL, [Shard(0)])
+    gathered_ops().clear()
+    with caplog.at_level("WARNING", logger="subclass_kit.sharded"):
+        msg = _msg(UnsupportedOpError, lambda: getattr(x, method)())
+    assert msg.startswith("ShardedTensor cannot run aten.") and "dense strided shards" in msg, msg
+    assert f"x.full_tensor().{method}()" in msg and "x.to_local()" in msg, msg
+    # Refused up front: nothing gathered, no "computes ... on whole tensors" log.
+    assert not gathered_ops() and not caplog.records
+
+
 def test_rule_less_op_gathers_matches_dense_and_logs_once(caplog):
     from subclass_kit.sharded._ops import generic
 

@@ -251,6 +251,23 @@ def test_map_inner_runs_on_every_inner_and_keeps_type_and_meta():
     assert x.one.sum().item() == 3.0
 
 
+@pytest.mark.parametrize("method", ["to_sparse", "to_sparse_csr", "to_mkldnn"])
+def test_map_inner_refuses_a_conversion_its_strided_wrapper_cannot_hold(method):
+    # Was: to_sparse wrapped two sparse_coo inners in a strided Mapped, to_sparse_csr raised
+    # torch's "Sparse CSR tensors do not have strides" naming neither the class nor the op.
+    from subclass_kit.examples import TwoTensor
+
+    for x in (Mapped(torch.ones(2, 2), torch.zeros(2, 2)), TwoTensor(torch.eye(2), torch.eye(2))):
+        name = type(x).__name__
+        with pytest.raises(UnsupportedOpError) as e:
+            getattr(x, method)()
+        msg = str(e.value)
+        assert msg.startswith(f"{name} cannot run aten.") and "through fallbacks.map_inner" in msg, msg
+        assert f"x.to_plain().{method}()" in msg and f"@{name}.implements(" in msg, msg
+    # Ops that keep the layout are unaffected.
+    assert type(Mapped(torch.ones(2), torch.ones(2)).clone()) is Mapped
+
+
 def test_exemplar_scaled_mm_handler_matches_dense():
     w = ScaledTensor.__samples__()[0]
     a = torch.randn(3, 16)

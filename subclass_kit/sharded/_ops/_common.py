@@ -454,11 +454,11 @@ def check_writable(func, args, kwargs, x) -> None:
         )
 
 
-def unsupported(func, args, kwargs, why: str):
-    """Raise the kit's UnsupportedOpError with a reason specific to sharding."""
+def unsupported(func, args, kwargs, why: str, *, fix: str | None = None):
+    """Raise the kit's UnsupportedOpError with a reason specific to sharding (and ``fix``,
+    by default: redistribute first or register a rule)."""
     shown = ", ".join(describe(a) for a in _sharded_in(args, kwargs))
-    raise UnsupportedOpError(
-        f"ShardedTensor cannot run {func} on {shown}: {why} Redistribute the operands first "
-        f"(.redistribute(mesh, [Replicate()])), or register a rule with "
-        f"@ShardedTensor.implements({func})."
-    )
+    if fix is None:
+        fix = ("Redistribute the operands first (.redistribute(mesh, [Replicate()])), or register a rule "
+               f"with @ShardedTensor.implements({func}).")
+    raise UnsupportedOpError(f"ShardedTensor cannot run {func} on {shown}: {why} {fix}")

@@ -246,6 +246,13 @@ def _whole(func, args, kwargs, calls):
     written = _written(func, args, kwargs)
     for _, _, t in written:
         check_writable(func, args, kwargs, t)
+    layout = _compat.non_strided_result(func)
+    if layout is not None:
+        # Refused before anything is gathered (or logged as gathering).
+        unsupported(func, args, kwargs, f"its result is a {layout} tensor, and a ShardedTensor holds "
+                    "dense strided shards.", fix=f"Convert a plain tensor instead: the whole value "
+                    f"(x.full_tensor().{func.overloadpacket.__name__.lstrip('_')}()) or this rank's shard "
+                    "(x.to_local()).")
     _note(func, calls)
     full = (Replicate(),) * mesh.ndim
     local_args = _gather(args, full)
