@@ -1,7 +1,7 @@
 """Rank tasks for the ops taken off the generic gathering fallback by the ``shared_dims``
-family (per-sample losses, ``cdist``, ``bilinear``, ``ctc_loss``), the chunked
-``linear_cross_entropy`` rule, and the ``independent`` family's index reductions
-(``index_reduce``, ``segment_reduce``): each case on the layouts
+family (per-sample losses, ``cdist``, ``bilinear``, ``ctc_loss``, float8 ``_scaled_mm``),
+the chunked ``linear_cross_entropy`` rule, and the ``independent`` family's index reductions
+(``index_reduce``, ``segment_reduce``) and ``linalg_lstsq``: each case on the layouts
 its rule keeps (a batch shard, a row shard, a feature shard, a Partial passing through) and
 on one it must make whole, forward and backward against dense, with the collectives the
 forward issued counted; and one compiled case. Each raises on the first mismatch."""
@@ -51,6 +51,11 @@ def _chunked_ce(reduction, **kw):
     opts = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2, allow_retain_graph=True)
     return lambda x, w, b: F.linear_cross_entropy(x, w, _CE_TARGETS, linear_bias=b, reduction=reduction,
                                                   options=opts, **kw)
+
+
+def _solution_times(res, name: str):
+    # residuals and singular values have no gradient: their values scale the solution's
+    return res.solution * getattr(res, name).sum(-1)[..., None, None]
 
 
 def _ctc(lp, reduction):
@@ -112,6 +117,22 @@ CASES = {
         lambda g: [_randn(5, 4)(g), _randn(3, 4)(g), _randn(3)(g)],
         _chunked_ce("sum"),
         {"rows S0,R,R": [S0, R, R]}),
+    "lstsq": (
+        lambda g: [_randn(3, 5, 4)(g), _randn(3, 5, 2)(g)],
+        lambda a, b: torch.linalg.lstsq(a, b).solution,
+        {"batch S0,S0": [S0, S0], "batch S0,R": [S0, R], "rows S1,S1 gathers": [S1, S1]}),
+    "lstsq vector gelsd": (
+        lambda g: [_randn(3, 2, 3, 4)(g), _randn(3, 2, 3)(g)],  # m < n: no residuals
+        lambda a, b: torch.linalg.lstsq(a, b, driver="gelsd").solution,
+        {"batch S1,S1": [S1, S1]}),
+    "lstsq singular values gelss": (
+        lambda g: [_randn(3, 3, 4)(g), _randn(3, 3, 2)(g)],
+        lambda a, b: _solution_times(torch.linalg.lstsq(a, b, driver="gelss"), "singular_values"),
+        {"batch S0,S0": [S0, S0]}),
+    "lstsq residuals gelsd": (  # present only if every matrix has full rank: computed whole
+        lambda g: [_randn(3, 5, 4)(g), _randn(3, 5, 2)(g)],
+        lambda a, b: _solution_times(torch.linalg.lstsq(a, b, driver="gelsd"), "residuals"),
+        {"batch S0,S0 gathers": [S0, S0]}),
     "index_reduce prod": (
         lambda g: [_randn(4, 5)(g), _randn(6, 5)(g)],
         lambda x, src: x.index_reduce(0, _INDEX, src, "prod"),
@@ -157,6 +178,10 @@ PLACEMENTS = {
     ("ctc_loss tensor lengths", "batch S1"): "(Partial('sum'),)",
     ("chunked linear_cross_entropy mean", "rows S0,R,R"): "(Partial('sum'),)",
     ("chunked linear_cross_entropy sum", "rows S0,R,R"): "(Partial('sum'),)",
+    ("lstsq", "batch S0,S0"): "(Shard(0),)",
+    ("lstsq", "batch S0,R"): "(Shard(0),)",
+    ("lstsq vector gelsd", "batch S1,S1"): "(Shard(1),)",
+    ("lstsq singular values gelss", "batch S0,S0"): "(Shard(0),)",
     ("index_reduce prod", "S1,S1"): "(Shard(1),)",
     ("index_reduce prod", "S1,R"): "(Shard(1),)",
     ("index_reduce amax", "S0,S0"): "(Shard(0),)",

@@ -102,7 +102,7 @@ NO_GATHER = [
     "nn.functional.soft_margin_loss",
     # reductions by an index along one dim (``independent``: the other dims)
     "index_reduce.mean", "index_reduce.prod", "index_reduce.amin", "index_reduce.amax",
-    "_segment_reduce.lengths", "_segment_reduce.offsets",
+    "_segment_reduce.lengths", "_segment_reduce.offsets", "linalg.lstsq", "linalg.lstsq.grad_oriented",
 ]
 
 CHUNK = 60

@@ -33,9 +33,10 @@ from typing import Callable, NamedTuple
 import torch
 
 from ... import _compat
-from .._layout import chunk_size
+from .._layout import chunk_size, contiguous_strides
 from ..placements import Replicate
 from ..tensor import ShardedTensor, placements_of
+from .generic import computed_whole
 from ._common import TensorMeta, aten, fast_plan, global_meta, move, move_args, on_locals, planned, spec_of, wrap_out
 
 __all__ = ["independent", "check_errors"]
@@ -53,6 +54,9 @@ class _Rule(NamedTuple):
     # padding, fft, a backward in its incoming gradient): a Partial('sum'/'avg') of it
     # passes through, unreduced, where no shard stays
     linear: int | None = None
+    # (args, kwargs) -> the results' global metadata, for an op torch has no meta kernel for
+    # (None: shapes that depend on the values -- computed whole)
+    meta: Callable | None = None
 
 
 # ---- the independent dims, as functions of the arguments ------------------------------------
@@ -187,6 +191,39 @@ def _axis(args, kwargs) -> int:
     return kwargs.get("axis", 0)
 
 
+def _lstsq_rhs(args):
+    return 1 if args[1].dim() == args[0].dim() - 1 else 2
+
+
+def _lstsq_meta(args, kwargs):
+    """``linalg_lstsq``'s results as LAPACK leaves them: the solution a narrowed column-major
+    buffer of ``max(m, n)`` rows per right-hand side; residuals (``gels`` with m > n), ranks
+    (every driver but ``gels``) and singular values (``gelsd``/``gelss``), else empty. None
+    where they depend on the values (``gelsd``/``gelss`` with m > n: residuals only when
+    every matrix has full rank) or on broadcasting."""
+    a, b = args[0], args[1]
+    driver = args[3] if len(args) > 3 else kwargs.get("driver")
+    driver = driver or ("gelsy" if a.device.type == "cpu" else "gels")
+    m, n = a.shape[-2], a.shape[-1]
+    vector = b.dim() == a.dim() - 1
+    batch = tuple(a.shape[:-2])
+    if (driver in ("gelsd", "gelss") and m > n) or tuple(b.shape[:len(batch)]) != batch:
+        return None
+    k = 1 if vector else b.shape[-1]
+    rows = max(m, n)
+    real = a.real.dtype if a.is_complex() else a.dtype
+    if vector:
+        solution = ((*batch, n), contiguous_strides((*batch, rows))[:-1] + (1,))
+    else:
+        solution = ((*batch, n, k), contiguous_strides((*batch, k, rows))[:-2] + (1, rows))
+    residuals = (*batch, k) if driver == "gels" and m > n else (0,)
+    ranks = batch if driver != "gels" else (0,)
+    singular = (*batch, min(m, n)) if driver in ("gelsd", "gelss") else (0,)
+    return (TensorMeta(solution[0], solution[1], a.dtype, 0),
+            *(TensorMeta(s, contiguous_strides(s), dt, 0)
+              for s, dt in ((residuals, real), (ranks, torch.int64), (singular, real))))
+
+
 def _local_input_size(args, kept):
     """An upsample backward's ``input_size`` (a global size list) with each kept dim's
     local size, as the local ``grad_output`` has it."""
@@ -262,6 +299,7 @@ _LINALG = {
     "linalg_ldl_solve": _Rule(_batch(_M, _V, _M)),
     "linalg_matrix_exp": _Rule(_batch(_M)),
     "linalg_pinv.atol_rtol_tensor": _Rule(_batch(_M)),
+    "linalg_lstsq": _Rule(_batch(_M, _lstsq_rhs), meta=_lstsq_meta),
 }
 
 _OTHERS = {
@@ -336,7 +374,9 @@ def _decide(func, args, kwargs):
     rule = _RULES[func]
     mesh, coord = spec_of(func, args, kwargs)
     dims, at = rule.split(args, kwargs)
-    meta = global_meta(func, args, kwargs)
+    meta = global_meta(func, args, kwargs) if rule.meta is None else rule.meta(args, kwargs)
+    if meta is None:
+        return None
     whole_results = {r for r, i in rule.follows if i not in at}
     metas = tuple(None if r in whole_results else m for r, m in enumerate(_results(meta)))
     operands = [args[i] for i in at if isinstance(args[i], torch.Tensor)]
@@ -432,7 +472,10 @@ def independent(func, types, args, kwargs):
     checking = kwargs.get("check_errors", False) and func in _CHECKED
     if checking:
         kwargs = {**kwargs, "check_errors": False}
-    meta, moves, outs, mesh, coord, kept, fast = _plan(func, args, kwargs)
+    plan = _plan(func, args, kwargs)
+    if plan is None:  # shapes that depend on the values: computed on whole operands
+        return computed_whole(func, types, args, kwargs)
+    meta, moves, outs, mesh, coord, kept, fast = plan
     if fast is not None and not checking:
         return fast(args)
     new = move_args(args, moves, mesh, coord)

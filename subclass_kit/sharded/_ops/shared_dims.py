@@ -28,7 +28,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .._layout import chunk_size, chunk_start, local_shape
+from .._layout import chunk_size, chunk_start, contiguous_strides, local_shape
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of
 from ._common import TensorMeta, aten, global_meta, move, move_plain, planned, spec_of, wrap_out
@@ -106,11 +106,7 @@ def _ctc(grad: bool):
 
 
 def _contiguous(shape: tuple, dtype) -> TensorMeta:
-    stride, n = [], 1
-    for s in reversed(shape):
-        stride.append(n)
-        n *= max(s, 1)
-    return TensorMeta(tuple(shape), tuple(reversed(stride)), dtype, 0)
+    return TensorMeta(tuple(shape), contiguous_strides(shape), dtype, 0)
 
 
 def _ctc_meta(args, kwargs):
