@@ -1,5 +1,6 @@
 """Rank tasks for the ops taken off the generic gathering fallback by the ``shared_dims``
-family (per-sample losses, ``cdist``, ``bilinear``, ``ctc_loss``, float8 ``_scaled_mm``),
+family (per-sample losses, ``cdist``, ``bilinear``, ``ctc_loss``, float8 ``_scaled_mm``,
+``embedding_bag``),
 the chunked ``linear_cross_entropy`` rule, and the ``independent`` family's index reductions
 (``index_reduce``, ``segment_reduce``) and ``linalg_lstsq``: each case on the layouts
 its rule keeps (a batch shard, a row shard, a feature shard, a Partial passing through) and
@@ -51,6 +52,11 @@ def _chunked_ce(reduction, **kw):
     opts = torch.nn.LinearCrossEntropyOptions(batch_chunk_size=2, allow_retain_graph=True)
     return lambda x, w, b: F.linear_cross_entropy(x, w, _CE_TARGETS, linear_bias=b, reduction=reduction,
                                                   options=opts, **kw)
+
+
+_BAG_IDX = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9])
+_BAG_OFF = torch.tensor([0, 2, 2, 5])  # four bags, the second empty
+_BAG_ROWS = torch.tensor([[1, 2, 4], [5, 4, 3], [2, 9, 9], [0, 0, 7]])
 
 
 def _solution_times(res, name: str):
@@ -133,6 +139,18 @@ CASES = {
         lambda g: [_randn(3, 5, 4)(g), _randn(3, 5, 2)(g)],
         lambda a, b: _solution_times(torch.linalg.lstsq(a, b, driver="gelsd"), "residuals"),
         {"batch S0,S0 gathers": [S0, S0]}),
+    "embedding_bag sum weighted": (
+        lambda g: [_randn(10, 5)(g), _randn(8)(g)],
+        lambda w, psw: F.embedding_bag(_BAG_IDX, w, _BAG_OFF, mode="sum", per_sample_weights=psw),
+        {"columns S1,R": [S1, R], "rows S0,R gathers": [S0, R], "P,R gathers": [P, R]}),
+    "embedding_bag max": (
+        lambda g: [_randn(10, 5)(g)],
+        lambda w: F.embedding_bag(_BAG_ROWS, w, mode="max"),
+        {"columns S1": [S1]}),
+    "embedding_bag mean padding_idx": (
+        lambda g: [_randn(10, 5)(g)],
+        lambda w: F.embedding_bag(_BAG_IDX, w, _BAG_OFF, mode="mean", padding_idx=2),
+        {"columns S1": [S1]}),
     "index_reduce prod": (
         lambda g: [_randn(4, 5)(g), _randn(6, 5)(g)],
         lambda x, src: x.index_reduce(0, _INDEX, src, "prod"),
@@ -182,6 +200,9 @@ PLACEMENTS = {
     ("lstsq", "batch S0,R"): "(Shard(0),)",
     ("lstsq vector gelsd", "batch S1,S1"): "(Shard(1),)",
     ("lstsq singular values gelss", "batch S0,S0"): "(Shard(0),)",
+    ("embedding_bag sum weighted", "columns S1,R"): "(Shard(1),)",
+    ("embedding_bag max", "columns S1"): "(Shard(1),)",
+    ("embedding_bag mean padding_idx", "columns S1"): "(Shard(1),)",
     ("index_reduce prod", "S1,S1"): "(Shard(1),)",
     ("index_reduce prod", "S1,R"): "(Shard(1),)",
     ("index_reduce amax", "S0,S0"): "(Shard(0),)",

@@ -95,7 +95,7 @@ NO_GATHER = [
     "kthvalue", "mode", "median", "nanmedian", "masked.median",
     # operands sharing dims (the ``shared_dims`` family): per-sample losses, point sets, features
     "nn.functional.multi_margin_loss", "nn.functional.multilabel_margin_loss", "nn.functional.ctc_loss", "cdist",
-    "nn.functional.bilinear", "torch._scaled_mm", "torch._scaled_mm_v2",
+    "nn.functional.bilinear", "torch._scaled_mm", "torch._scaled_mm_v2", "nn.functional.embedding_bag",
     # ... and the losses torch composes of those rules
     "nn.functional.margin_ranking_loss", "nn.functional.hinge_embedding_loss", "nn.functional.cosine_embedding_loss",
     "nn.functional.triplet_margin_loss", "nn.functional.triplet_margin_with_distance_loss",

@@ -3,13 +3,14 @@ the rows of ``cdist``'s two point sets, the features of ``bilinear``'s ``_trilin
 
 Each op is one entry of ``_RULES``: a function of the arguments giving its shared dims, each
 a :class:`Along` -- where the dim sits in each operand that carries it, and in each result:
-a dim there, or ``SUMMED`` when the op sums over it. Per mesh dim the rule is:
+a dim there, ``SUMMED`` when the op sums over it, or ``SAME`` for a result computed from the
+operands used whole alone (``embedding_bag``'s bag sizes). Per mesh dim the rule is:
 
 - when a carrying operand is sharded on a shared dim (the first such dim decides; each dim
   on one mesh dim at most), every carrying operand is laid out the same way (a plain or
   Replicate operand cut locally), the others are used whole on that mesh dim, and each rank
   runs the op on its locals: a result that has the dim keeps the shard, a result summed over
-  it is a ``Partial('sum')``;
+  it is a ``Partial('sum')``, a result that does not see it is Replicate;
 - otherwise, when the op is linear in one argument, the others fixed (a backward in its
   incoming gradient, ``_trilinear`` in each operand), a ``Partial('sum'/'avg')`` of that
   argument passes through to the result, unreduced;
@@ -31,20 +32,23 @@ import torch
 from .._layout import chunk_size, chunk_start, contiguous_strides, local_shape
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of
-from ._common import TensorMeta, aten, global_meta, move, move_plain, planned, spec_of, wrap_out
+from ._common import TensorMeta, aten, global_meta, move, move_plain, planned, spec_of, unsupported, wrap_out
 
-__all__ = ["Along", "SUMMED", "shared_dims"]
+__all__ = ["Along", "SUMMED", "SAME", "shared_dims"]
 
 _SEQ = (list, tuple)
 _NONE, _MEAN, _SUM = 0, 1, 2
 
 #: A result's entry for a dim the op sums over.
 SUMMED = "summed"
+#: A result's entry when it does not depend on the operands that carry the dim: the same on
+#: every rank.
+SAME = "same"
 
 
 class Along(NamedTuple):
     """One shared dim: ``{argument position: its dim there}`` (a position in a list argument
-    is ``(position, index)``), and per result its dim or ``SUMMED``."""
+    is ``(position, index)``), and per result its dim, ``SUMMED`` or ``SAME``."""
 
     args: dict
     results: tuple
@@ -199,6 +203,37 @@ def _scaled_mm_v2(args, kwargs):
     return tuple(out)
 
 
+def _bags(carriers: tuple, mode_at: int, results: int, maxima_at: int | None = None, summed: bool = False):
+    """``embedding_bag``'s table (``(V, D)``) sharded on its columns: each rank looks up and
+    pools its columns, the indices and offsets whole. The operands at ``carriers`` (the table,
+    a backward's incoming gradient, ``(B, D)``) carry ``D``, and in ``'max'`` mode the argmax
+    per column (``maxima_at``). The forward's first result carries ``D`` (and its argmax, the
+    last, in ``'max'`` mode); the bag bookkeeping between is the same on every rank. The
+    per-sample weights' gradient sums over ``D`` (``summed``)."""
+
+    def split(args, kwargs):
+        mode = args[mode_at] if len(args) > mode_at else 0
+        if any(args[i].dim() != 2 for i in carriers):
+            return ()
+        carried = dict.fromkeys(carriers, 1)
+        if maxima_at is not None and mode == _MAX_MODE:
+            carried[maxima_at] = 1
+        if results == 4:
+            return (Along(carried, (1, SAME, SAME, 1 if mode == _MAX_MODE else SAME)),)
+        return (Along(carried, (SUMMED if summed else 1,)),)
+
+    return split
+
+
+_MAX_MODE = 2
+
+
+def _dense_bags(args, kwargs):
+    if args[9]:  # sparse=True: a sparse gradient, which a ShardedTensor cannot hold
+        return ()
+    return _bags((0,), 8, 1, maxima_at=5)(args, kwargs)
+
+
 def _overload(name: str):
     packet, _, overload = name.partition(".")
     return getattr(getattr(aten, packet), overload or "default")
@@ -218,6 +253,12 @@ _RULES = {
         "_trilinear": _Rule(_trilinear, linear=(0, 1, 2)),
         "_scaled_mm": _Rule(_scaled_mm),
         "_scaled_mm_v2": _Rule(_scaled_mm_v2),
+        "_embedding_bag": _Rule(_bags((0,), 4, 4)),
+        "_embedding_bag_forward_only": _Rule(_bags((0,), 4, 4)),
+        "_embedding_bag_backward": _Rule(_dense_bags, linear=(0,)),
+        "_embedding_bag_dense_backward": _Rule(_bags((0,), 7, 1, maxima_at=4), linear=(0,)),
+        # the per-sample weights' gradient: a dot product over D of the gradient and the rows
+        "_embedding_bag_per_sample_weights_backward": _Rule(_bags((0, 1), 5, 1, summed=True), linear=(0,)),
     }.items()
 }
 
@@ -290,7 +331,7 @@ def _decide(func, args, kwargs):
             for i in tensors:
                 targets[i].append(Shard(s.args[i]) if i in s.args else whole)
             for r, d in enumerate(s.results):
-                outs[r].append(Partial("sum") if d == SUMMED else Shard(d))
+                outs[r].append(Partial("sum") if d == SUMMED else whole if d == SAME else Shard(d))
             continue
         # No shard stays: a pending sum of the one argument the op is linear in passes through.
         pending = [i for i in tensors
@@ -344,6 +385,8 @@ def shared_dims(func, types, args, kwargs):
     res = func(*new, **kwargs)
     many = type(res) in _SEQ
     res = list(res) if many else [res]
+    if any(isinstance(r, torch.Tensor) and r.layout is not torch.strided for r in res):
+        unsupported(func, args, kwargs, "its result is sparse, and a ShardedTensor holds dense strided shards;")
     if scale is not None:
         for r in scale[1]:
             res[r] = res[r] * scale[2]
