@@ -11,7 +11,7 @@ from .. import _compat
 from .. import collectives as _coll
 from ..base import WrapperTensor
 from ..compiling import is_compiling
-from ..ctx import SubclassCtx, ctx_of
+from ..ctx import _NAMES, SubclassCtx, ctx_of
 from ..fields import inner, meta, state
 from ._comm import waited
 from .errors import MeshError, ShardShapeError
@@ -194,10 +194,14 @@ class ShardedTensor(WrapperTensor):
     def __coerce_tangent_metadata__(self):
         # A gradient is never a pending sum: AOTAutograd traces the tangent of a Partial
         # output as Replicate, and the runtime tangent is brought to it below.
-        if not any(type(p) is Partial for p in self.placements):
-            return self
-        dst = tuple(Replicate() if type(p) is Partial else p for p in self.placements)
-        return relayout(self, dst)
+        # Nor a view: a gradient arrives at offset 0, so a traced tangent is not given the
+        # output's offset (which the flattened ctx would carry, see __tensor_flatten__).
+        out = self
+        if any(type(p) is Partial for p in self.placements):
+            out = relayout(self, tuple(Replicate() if type(p) is Partial else p for p in self.placements))
+        if out.storage_offset() != 0:
+            out = _make((out.local,), ctx_of(out), out.shape, out.stride(), 0)
+        return out
 
     def __coerce_same_metadata_as_tangent__(self, expected_metadata, expected_type=None):
         if expected_type is not None and expected_type is not type(self):
@@ -211,6 +215,41 @@ class ShardedTensor(WrapperTensor):
         except AttributeError:
             return None
         return relayout(self, expected_metadata.placements) if same else None
+
+    # ---- the outer storage offset through flatten ------------------------------------------
+    # The global storage offset of a view (``x[1:3]`` of a Shard(1) tensor: 48) is not its
+    # local's (24), and after a gathering view (``t[1:3, :, 2:7:2].select(2, 1)``) the local
+    # is a copy whose offset (4) says nothing about the global one (52). torch's unflatten
+    # passes only the outer size and stride, so the flattened ctx carries a nonzero outer
+    # offset: AOTAutograd rebuilds a compiled output that views an input as
+    # ``input.as_strided(size, stride, output.storage_offset())`` (and autograd's
+    # AsStridedBackward records those numbers), which then name the right global elements.
+    # A dynamo input guard compares it too (an input view at another offset recompiles, as
+    # its traced views' offsets would differ). The instance's own ctx never holds it: the op
+    # caches key on that ctx.
+    def __tensor_flatten__(self):
+        names, ctx = _base_flatten(self)
+        off = self.storage_offset()
+        if type(off) is not int:
+            off = int(off)  # a traced output's symbolic offset: specialized (guarded), not lost
+        if off == 0:
+            return names, ctx
+        return names, SubclassCtx.make(ctx.owner, (*_names(ctx), _OFFSET), (*ctx.values, off), ctx.dtype, ctx.present)
+
+    @classmethod
+    def __tensor_unflatten__(cls, inner_tensors, ctx, outer_size, outer_stride):
+        off = 0
+        names = _names(ctx)
+        if names and names[-1] == _OFFSET:
+            off = ctx.values[-1]
+            ctx = SubclassCtx.make(ctx.owner, names[:-1], ctx.values[:-1], ctx.dtype, ctx.present)
+        out = _base_unflatten.__func__(cls, inner_tensors, ctx, outer_size, outer_stride)
+        if torch.compiler.is_dynamo_compiling() or out.storage_offset() == off:
+            # (dynamo records the rebuild as one graph call that takes no offset: such a
+            # rebuild -- strict export's unwrap, a backward after a graph break -- keeps the
+            # local's, as before)
+            return out
+        return _make((out.local,), ctx, out.shape, out.stride(), off)
 
     @classmethod
     def __samples__(cls):
@@ -316,6 +355,14 @@ def wrap(local, mesh, placements, coord, shape, stride, dtype=None, offset=0, re
 
 
 _make = ShardedTensor.make
+_base_flatten = WrapperTensor.__tensor_flatten__
+_base_unflatten = WrapperTensor.__dict__["__tensor_unflatten__"]
+#: The flattened ctx's extra field: the outer storage offset (see ShardedTensor.__tensor_flatten__).
+_OFFSET = "storage_offset"
+
+
+def _names(ctx) -> tuple:
+    return tuple.__getitem__(ctx, _NAMES)
 
 
 def relayout(x: ShardedTensor, placements: tuple, shape=None, stride=None) -> ShardedTensor:

@@ -97,28 +97,18 @@ def views():
 
 def test_a_compiled_view_of_an_input_matches_dense_on_every_placement(views):
     # AOTAutograd rebuilds such an output as base.as_strided(size, stride, offset) with the
-    # traced output's offset -- its local's, which differs from the global one on a shard of
-    # a dim other than the first (x[1:3] of a Shard(1) tensor: 24 vs 48). Was wrong values.
+    # output's outer offset, which the flattened ctx carries (it was the local's: 24 for
+    # x[1:3] of a Shard(1) tensor instead of 48 -- wrong values).
     for key, (same, compiled, eager) in views.items():
-        if key in _GATHERED_VIEWS:
-            continue
         assert same, key
         assert compiled == eager, key  # a true view, with the placements eager gives
 
 
-# Views that slice the sharded dim gather (their local is a copy); AOTAutograd still
-# rebuilds them from the input with as_strided and the traced local offset, which then
-# names no position of the input: wrong values.
-_GATHERED_VIEWS = ("rows, strided cols, select S2",)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "known bug: a compiled output that is a view gathering the input's sharded dim "
-    "(t[1:3, :, 2:7:2].select(2, 1) of a Shard(2) tensor) comes back with wrong values: "
-    "AOTAutograd rebuilds it with as_strided and the traced output's local storage offset. "
-    "Workaround: return y.clone(). DTensor raises 'as_strided not supported'."))
 def test_a_compiled_gathering_view_of_an_input_matches_dense(views):
-    assert all(views[k][0] for k in _GATHERED_VIEWS), views
+    # Was a known wrong result: a view that gathers the sharded dim (its local is a copy,
+    # whose offset, 4, says nothing about the global one, 52) was rebuilt from the local's
+    # offset. More view kinds in test_output_views.py.
+    assert views["rows, strided cols, select S2"][0]
 
 
 @pytest.mark.slow

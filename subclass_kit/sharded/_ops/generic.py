@@ -157,9 +157,10 @@ def _wrap_outputs(func, args, kwargs, res, mesh, coord, full, gathered_view):
             return r
         shape, stride, offset = tuple(r.shape), tuple(r.stride()), r.storage_offset()
         if type(m) is TensorMeta and m.shape == shape:
-            # The dense op's strides on the global operands (a gathered local is compact,
-            # the global tensor may be transposed).
-            stride, offset = m.stride, m.offset if not gathered_view else offset
+            # The dense op's strides and offset on the global operands (a gathered local is
+            # compact, the global tensor may be transposed; a view's offset is where it sits
+            # in the global storage, what AOTAutograd replays an output view of an input at).
+            stride, offset = m.stride, m.offset
         out = wrap(r, mesh, full, coord, shape, stride, r.dtype, offset)
         if gathered_view is not None:
             out._gathered_view = gathered_view

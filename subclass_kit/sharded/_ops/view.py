@@ -438,17 +438,18 @@ def _as_diagonal(shape, xstride, xoff, size, stride, off):
 
 @ShardedTensor.implements(aten.as_strided.default)
 def as_strided(func, types, args, kwargs):
-    """The as_strided calls AOTAutograd makes to regenerate a compiled output that is a view
-    of an input: replayed as the slices, selects, permute and unsqueezes it amounts to, so
-    the result has the placements the traced view had."""
+    """``as_strided`` on the global tensor, as on a dense one: the global size, stride and
+    storage offset. AOTAutograd calls it to regenerate a compiled output that is a view of
+    an input, with the output's outer geometry (the flattened ctx carries the outer offset,
+    see ShardedTensor.__tensor_flatten__). Replayed as the slices, selects, permute and
+    unsqueezes it amounts to, so the result has the placements the traced view had (a
+    diagonal as a diagonal, a reshape of a compact tensor as a view); any other geometry is
+    strided out of the whole tensor (a marked copy)."""
     x, size, stride = args[0], tuple(args[1]), tuple(args[2])
     offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
     offset = x.storage_offset() if offset is None else offset
     if size == tuple(x.shape) and stride == tuple(x.stride()) and offset == x.storage_offset():
         return aten.alias.default(x)
-    local_view = _as_local_offset_view(x, size, stride, offset)
-    if local_view is not None:
-        return local_view
     ops = _as_view_ops(tuple(x.shape), tuple(x.stride()), x.storage_offset(), size, stride, offset)
     if ops is None:
         diag = _as_diagonal(tuple(x.shape), tuple(x.stride()), x.storage_offset(), size, stride, offset)
@@ -456,10 +457,12 @@ def as_strided(func, types, args, kwargs):
             return aten.diagonal.default(x, *diag)
     out = _apply_view_ops(x, ops or ())
     if ops is None or (tuple(out.shape), tuple(out.stride()), out.storage_offset()) != (size, stride, offset):
-        if _is_reshape(x, size, stride, offset):
-            # A flatten or an unflatten of a compact tensor (how AOTAutograd regenerates a
-            # view(-1) output): the view rule, which keeps the shards it can.
-            return aten.view.default(x, list(size))
+        block = _compact_block(x, size, stride, offset)
+        if block is not None:
+            # A flatten or an unflatten of a compact block of a compact tensor (how
+            # AOTAutograd regenerates a view(-1) output, or x[1:3].view(2, -1)): the block's
+            # selects and slice, then the view rule, which keeps the shards it can.
+            return aten.view.default(_apply_view_ops(x, block), list(size))
         return _as_strided_whole(func, args, kwargs, x, size, stride, offset)
     return out
 
@@ -478,50 +481,47 @@ def _apply_view_ops(x, ops):
     return out
 
 
-def _as_local_offset_view(x, size, stride, offset):
-    """The view AOTAutograd asks for when the offset it passes is the traced output's *local*
-    one -- ShardedTensor's unflatten takes the outer offset from the local shard, so that is
-    what a traced output reports -- while ``x`` (a runtime input) reports the global one.
-    The two differ when the local is laid out unlike the global tensor (a shard of a dim
-    other than the first). The local offset is read as a position in ``x``'s local, taken to
-    the same position of the global tensor, replayed as view ops there, and kept only if the
-    view's local offset is the one asked for. None when the layouts agree or nothing fits."""
-    loc = x.local
-    if tuple(loc.stride()) == tuple(x.stride()) and loc.storage_offset() == x.storage_offset():
-        return None
-    if not all(type(v) is int for v in (offset, loc.storage_offset(), *loc.shape, *loc.stride())):
-        return None
-    delta = offset - loc.storage_offset()
-    if delta <= 0:
-        return None
-    start = [0] * loc.dim()
-    for d in sorted((d for d in range(loc.dim()) if loc.size(d) > 1), key=lambda d: -loc.stride(d)):
-        if loc.stride(d) <= 0:
-            return None
-        q = min(delta // loc.stride(d), loc.size(d) - 1)
-        start[d] = q
-        delta -= q * loc.stride(d)
-    if delta != 0:
-        return None
-    glob = x.storage_offset() + sum(i * st for i, st in zip(start, x.stride()))
-    ops = _as_view_ops(tuple(x.shape), tuple(x.stride()), x.storage_offset(), size, stride, glob)
-    if ops is None:
-        return None
-    out = _apply_view_ops(x, ops)
-    if (tuple(out.shape), tuple(out.stride()), out.local.storage_offset()) != (size, stride, offset):
-        return None
-    return out
+def _compact_block(x, size, stride, offset):
+    """The selects and slice that cut the elements ``as_strided(x, size, stride, offset)``
+    covers out of ``x`` when both are compact (contiguous) and those elements are one block
+    ``x[i, j, ..., a:b]`` (so the as_strided is that block viewed as ``size``); else None.
 
-
-def _is_reshape(x, size, stride, offset) -> bool:
+    Example:
+        >>> import torch
+        >>> x = torch.empty(4, 6, 8, device="meta")
+        >>> _compact_block(x, (2, 48), (48, 1), 48), _compact_block(x, (16,), (1,), 56)
+        ([('slice', 0, 1, 3, 1)], [('select', 0, 1), ('slice', 0, 1, 3, 1)])
+        >>> _compact_block(x, (4, 6, 8), (48, 8, 1), 0), _compact_block(x, (12,), (1,), 60)
+        ([], None)
+    """
     from .._layout import contiguous_strides
 
-    return (
-        offset == x.storage_offset()
-        and tuple(x.stride()) == contiguous_strides(x.shape)
-        and tuple(stride) == contiguous_strides(size)
-        and math.prod(size) == x.numel()
-    )
+    shape, n = tuple(x.shape), math.prod(size)
+    if not all(type(v) is int for v in (*shape, *size, *stride, offset, x.storage_offset())):
+        return None
+    pos = offset - x.storage_offset()
+    if tuple(x.stride()) != contiguous_strides(shape) or tuple(stride) != contiguous_strides(size) or not n or pos < 0:
+        return None
+    for d in range(len(shape)):
+        inner = math.prod(shape[d + 1:])
+        if pos % inner or n % inner:
+            continue
+        lead, first = divmod(pos // inner, shape[d])
+        count = n // inner
+        if first + count > shape[d]:
+            continue
+        idx = []
+        for e in reversed(range(d)):  # the block's index in the dims before d
+            lead, i = divmod(lead, shape[e])
+            idx.insert(0, i)
+        if lead:
+            return None
+        # Each select drops the dim in front, so all of them, and the slice, are on dim 0.
+        ops: list = [("select", 0, i) for i in idx]
+        if (first, count) != (0, shape[d]):
+            ops.append(("slice", 0, first, first + count, 1))
+        return ops
+    return None
 
 
 def _as_strided_whole(func, args, kwargs, x, size, stride, offset):

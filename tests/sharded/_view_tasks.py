@@ -1,0 +1,107 @@
+"""Rank tasks: a compiled function that returns a view of its input, on every kind of view
+(local, gathering the sharded dim, not expressible as slices) and placement -- its value
+and its input's gradient against dense, eager and compiled, with the compiles counted.
+
+AOTAutograd regenerates such an output at run time as
+``input.as_strided(size, stride, output.storage_offset())`` (and autograd differentiates
+that call), so each case checks that the offset it replays names the right global elements.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch._dynamo.testing import CompileCounterWithBackend
+
+from subclass_kit.sharded import ShardedTensor
+
+from ._family_tasks import P, R, S0, S1, S2, _mesh, _place
+
+close = torch.testing.assert_close
+
+#: name -> (view of a (4, 6, 8) tensor, the placements to run it on). Each view on a shard
+#: it gathers and on one it keeps (or the input laid out unlike the global tensor).
+VIEWS = {
+    "rows": (lambda t: t[1:3], (S1, S2, P)),
+    "rows, strided cols, select": (lambda t: t[1:3, :, 2:7:2].select(2, 1), (S2, S1, S0)),
+    "select": (lambda t: t.select(1, 2), (S1, S2, P)),
+    "narrow": (lambda t: t.narrow(1, 1, 3), (S1, S0)),
+    "step slice": (lambda t: t[:, ::2], (S1, S2)),
+    "diagonal": (lambda t: t[1:].diagonal(1, 1, 2), (S1, S0, R)),
+    "transpose, slice": (lambda t: t.transpose(0, 2)[3:7], (S2, S1)),
+    "unfold": (lambda t: t[1:].unfold(2, 3, 2), (S2, S1)),
+    "rows, flattened": (lambda t: t[1:3].view(2, 48), (S1, S2)),
+}
+_LABEL = {S0: "S0", S1: "S1", S2: "S2", R: "R", P: "P"}
+
+
+def _dense(f, X, W):
+    x = X.clone().requires_grad_()
+    y = f(x)
+    (y * W).sum().backward()
+    return y.detach(), x.grad
+
+
+def _run(f, X, W, mesh, p, fn):
+    x = _place(X, mesh, p).requires_grad_()
+    y = fn(x)
+    (y * W).sum().backward()
+    return y, x.grad
+
+
+def output_views(backend: str) -> dict:
+    """Every (view, placement) of :data:`VIEWS`: eager equals dense; compiled (fullgraph,
+    called twice with new values) equals dense, values and the input's gradient. Returns per
+    case the frame count and the placements compiled and eager (raises on a wrong value)."""
+    mesh = _mesh()
+    res = {}
+    for n, (name, (f, pls)) in enumerate(VIEWS.items()):
+        gens = [torch.Generator().manual_seed(300 + 2 * n + i) for i in range(2)]
+        Xs = [torch.randn(4, 6, 8, generator=g) for g in gens]
+        Ws = [torch.randn(f(X).shape, generator=g) for X, g in zip(Xs, gens)]
+        want = [_dense(f, X, W) for X, W in zip(Xs, Ws)]
+        for p in pls:
+            key = f"{name} {_LABEL[p]}"
+            # A Partial input is the dense one split in fractions: equal up to rounding.
+            exact = {} if p == P else {"rtol": 0, "atol": 0}
+            y, g = _run(f, Xs[0], Ws[0], mesh, p, f)
+            close(y.full_tensor(), want[0][0], **exact, msg=lambda m: f"eager {key}: {m}")
+            close(g.full_tensor(), want[0][1], msg=lambda m: f"eager {key} grad: {m}")
+            torch._dynamo.reset()
+            cnt = CompileCounterWithBackend(backend)
+            fc = torch.compile(f, backend=cnt, fullgraph=True)
+            for X, W, (wy, wg) in zip(Xs, Ws, want):
+                yc, gc = _run(f, X, W, mesh, p, fc)
+                close(yc.full_tensor(), wy, **exact, msg=lambda m: f"compiled {key}: {m}")
+                close(gc.full_tensor(), wg, msg=lambda m: f"compiled {key} grad: {m}")
+            res[key] = {"frames": cnt.frame_count, "compiled": repr(yc.placements), "eager": repr(y.placements)}
+    return res
+
+
+def input_views(backend: str) -> dict:
+    """The compiled function's input is itself a view (a nonzero global offset, a local
+    laid out unlike the global tensor): a gathering view of it, at two input offsets; and
+    the same without autograd (AOTAutograd's inference graph)."""
+    mesh = _mesh()
+    f = VIEWS["rows, strided cols, select"][0]
+    X = torch.randn(6, 6, 8, generator=torch.Generator().manual_seed(7))
+    res = {}
+    for p in (S1, S2):
+        torch._dynamo.reset()
+        cnt = CompileCounterWithBackend(backend)
+        fc = torch.compile(f, backend=cnt, fullgraph=True)
+        base = _place(X, mesh, p)
+        for lo in (1, 2):
+            x = base[lo:lo + 4]
+            close(fc(x).full_tensor(), f(X[lo:lo + 4]), rtol=0, atol=0, msg=lambda m: f"input view {lo} {p}: {m}")
+        res[f"input view {_LABEL[p]}"] = cnt.frame_count
+    torch._dynamo.reset()
+    cnt = CompileCounterWithBackend(backend)
+    fc = torch.compile(f, backend=cnt, fullgraph=True)
+    with torch.no_grad():
+        for s in (1, 2):
+            X = torch.randn(4, 6, 8, generator=torch.Generator().manual_seed(s))
+            y = fc(_place(X, mesh, S2))
+            close(y.full_tensor(), f(X), rtol=0, atol=0, msg=lambda m: f"no_grad: {m}")
+    res["no_grad S2"] = cnt.frame_count
+    assert isinstance(y, ShardedTensor)
+    return res

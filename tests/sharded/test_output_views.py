@@ -1,0 +1,75 @@
+"""A compiled function that returns a view of its input, on a 2-rank gloo world: values and
+gradients against dense, eager and compiled, with the compiles counted (see _view_tasks);
+and, on a one-rank mesh, the flatten round trip that carries the outer storage offset."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kit_helpers.harness import world
+
+from sharded import _view_tasks
+
+from subclass_kit.ctx import ctx_of
+from subclass_kit.sharded import MeshRef, Shard, ShardedTensor
+
+TIMEOUT = 300.0
+
+# Views whose replay is not a chain of slices, selects and a permute: the regenerated
+# output is strided out of the whole tensor (a copy marked as a gathered view), so it comes
+# back Replicate where eager keeps the shard. Right values; the layout differs.
+_REPLAYED_WHOLE = {"unfold S1", "diagonal S0"}
+
+
+@pytest.fixture(scope="module")
+def views():
+    return world(2).run(_view_tasks.output_views, "aot_eager", timeout=TIMEOUT)[0]
+
+
+@pytest.mark.dist
+def test_every_output_view_matches_dense_compiled_once(views):
+    # The task raised on any value or gradient that differs from dense; here: one graph
+    # per case, the second call with new values did not recompile.
+    assert set(views) == {f"{n} {_view_tasks._LABEL[p]}" for n, (_, pls) in _view_tasks.VIEWS.items() for p in pls}
+    assert {k: v["frames"] for k, v in views.items() if v["frames"] != 1} == {}
+
+
+@pytest.mark.dist
+def test_output_views_keep_the_placements_eager_gives(views):
+    differ = {k for k, v in views.items() if v["compiled"] != v["eager"]}
+    assert differ <= _REPLAYED_WHOLE, {k: views[k] for k in differ}
+    assert views["rows S1"]["compiled"] == "(Shard(1),)"  # a true view: the shard stays
+    assert views["rows, strided cols, select S2"]["compiled"] == "(Replicate(),)"  # gathered
+
+
+@pytest.mark.dist
+def test_a_view_of_an_input_view_matches_dense_and_recompiles_per_input_offset():
+    r = world(2).run(_view_tasks.input_views, "aot_eager", timeout=TIMEOUT)[0]
+    # The input's outer offset is in its flattened ctx (dynamo guards it): x[1:5] and
+    # x[2:6] of the same tensor compile once each, and both return the right elements.
+    assert r == {"input view S1": 2, "input view S2": 2, "no_grad S2": 1}
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_output_views_inductor():
+    r = world(2).run(_view_tasks.output_views, "inductor", timeout=TIMEOUT * 3)[0]
+    assert all(v["frames"] == 1 for v in r.values()), r
+
+
+def test_flatten_carries_a_nonzero_outer_offset_and_unflatten_restores_it():
+    x = ShardedTensor.from_local(torch.arange(24.0).reshape(4, 6), MeshRef.local(), [Shard(1)])
+    v = x[1:3, 2:]
+    names, ctx = v.__tensor_flatten__()
+    assert (ctx.storage_offset, v.storage_offset()) == (8, 8)
+    assert ctx != ctx_of(v) and "storage_offset" not in dict(ctx_of(v).fields)
+    u = ShardedTensor.__tensor_unflatten__({n: getattr(v, n) for n in names}, ctx, v.shape, v.stride())
+    assert (u.storage_offset(), u.__tensor_flatten__()[1]) == (8, ctx)
+    assert ctx_of(u) == ctx_of(v)  # the op caches see the same ctx
+    # A view at offset 0 flattens to the instance's own ctx.
+    assert x[:2].__tensor_flatten__()[1] is ctx_of(x)
+    # as_strided names global elements, as on a dense tensor.
+    d = torch.arange(24.0).reshape(4, 6)
+    got = x.as_strided(v.shape, v.stride(), v.storage_offset())
+    assert torch.equal(got.to_plain(), d.as_strided(v.shape, v.stride(), 8))
