@@ -11,7 +11,7 @@ from .. import _compat
 from .. import collectives as _coll
 from ..base import WrapperTensor
 from ..compiling import is_compiling
-from ..ctx import _NAMES, SubclassCtx, ctx_of
+from ..ctx import SubclassCtx, ctx_of
 from ..fields import inner, meta, state
 from ._comm import waited
 from .errors import MeshError, ShardShapeError
@@ -228,22 +228,24 @@ class ShardedTensor(WrapperTensor):
     # its traced views' offsets would differ). The instance's own ctx never holds it: the op
     # caches key on that ctx.
     def __tensor_flatten__(self):
-        names, ctx = _base_flatten(self)
         off = self.storage_offset()
+        if off == 0:  # (dynamo's guard on every input calls this on every call)
+            return _base_flatten(self)
         if type(off) is not int:
             off = int(off)  # a traced output's symbolic offset: specialized (guarded), not lost
-        if off == 0:
-            return names, ctx
-        return names, SubclassCtx.make(ctx.owner, (*_names(ctx), _OFFSET), (*ctx.values, off), ctx.dtype, ctx.present)
+        names, ctx = _base_flatten(self)
+        fields = (*ctx.fields, (_OFFSET, off))
+        return names, SubclassCtx.make(ctx.owner, *zip(*fields), ctx.dtype, ctx.present)
 
     @classmethod
     def __tensor_unflatten__(cls, inner_tensors, ctx, outer_size, outer_stride):
         off = 0
-        names = _names(ctx)
-        if names and names[-1] == _OFFSET:
-            off = ctx.values[-1]
-            ctx = SubclassCtx.make(ctx.owner, names[:-1], ctx.values[:-1], ctx.dtype, ctx.present)
-        out = _base_unflatten.__func__(cls, inner_tensors, ctx, outer_size, outer_stride)
+        fields = ctx.fields
+        if fields and fields[-1][0] == _OFFSET:
+            off = fields[-1][1]
+            names, values = zip(*fields[:-1]) if len(fields) > 1 else ((), ())
+            ctx = SubclassCtx.make(ctx.owner, names, values, ctx.dtype, ctx.present)
+        out = super().__tensor_unflatten__(inner_tensors, ctx, outer_size, outer_stride)
         if torch.compiler.is_dynamo_compiling() or out.storage_offset() == off:
             # (dynamo records the rebuild as one graph call that takes no offset: such a
             # rebuild -- strict export's unwrap, a backward after a graph break -- keeps the
@@ -356,13 +358,8 @@ def wrap(local, mesh, placements, coord, shape, stride, dtype=None, offset=0, re
 
 _make = ShardedTensor.make
 _base_flatten = WrapperTensor.__tensor_flatten__
-_base_unflatten = WrapperTensor.__dict__["__tensor_unflatten__"]
 #: The flattened ctx's extra field: the outer storage offset (see ShardedTensor.__tensor_flatten__).
 _OFFSET = "storage_offset"
-
-
-def _names(ctx) -> tuple:
-    return tuple.__getitem__(ctx, _NAMES)
 
 
 def relayout(x: ShardedTensor, placements: tuple, shape=None, stride=None) -> ShardedTensor:

@@ -48,13 +48,15 @@ def _run(f, X, W, mesh, p, fn):
     return y, x.grad
 
 
-def output_views(backend: str) -> dict:
-    """Every (view, placement) of :data:`VIEWS`: eager equals dense; compiled (fullgraph,
-    called twice with new values) equals dense, values and the input's gradient. Returns per
-    case the frame count and the placements compiled and eager (raises on a wrong value)."""
+def output_views(backend: str, only: tuple = ()) -> dict:
+    """Every (view, placement) of :data:`VIEWS` (or the ``"view placement"`` keys in
+    ``only``): eager equals dense; compiled (fullgraph, called twice with new values) equals
+    dense, values and the input's gradient. Returns per case the frame count and the
+    placements compiled and eager (raises on a wrong value)."""
     mesh = _mesh()
     res = {}
     for n, (name, (f, pls)) in enumerate(VIEWS.items()):
+        pls = tuple(p for p in pls if not only or f"{name} {_LABEL[p]}" in only)
         gens = [torch.Generator().manual_seed(300 + 2 * n + i) for i in range(2)]
         Xs = [torch.randn(4, 6, 8, generator=g) for g in gens]
         Ws = [torch.randn(f(X).shape, generator=g) for X, g in zip(Xs, gens)]
