@@ -443,8 +443,8 @@ def as_strided(func, types, args, kwargs):
     an input, with the output's outer geometry (the flattened ctx carries the outer offset,
     see ShardedTensor.__tensor_flatten__). Replayed as the slices, selects, permute and
     unsqueezes it amounts to, so the result has the placements the traced view had (a
-    diagonal as a diagonal, a reshape of a compact tensor as a view); any other geometry is
-    strided out of the whole tensor (a marked copy)."""
+    diagonal as a diagonal, a compact block of a compact tensor as its slice and a view);
+    any other geometry is strided out of the whole tensor (a marked copy, Replicate)."""
     x, size, stride = args[0], tuple(args[1]), tuple(args[2])
     offset = args[3] if len(args) > 3 else kwargs.get("storage_offset")
     offset = x.storage_offset() if offset is None else offset
