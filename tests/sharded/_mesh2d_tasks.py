@@ -84,6 +84,11 @@ def _spd(g):
     return a @ a.mT + 3 * torch.eye(3, dtype=torch.float64)
 
 
+# (4, 6, 3) positions into dim 2 (size 5) of a cube; (4, 6, 5) positions into dim 1 (size 6)
+_GATHER_INDEX = torch.arange(72).reshape(4, 6, 3) % 5
+_SCATTER_INDEX = (torch.arange(120).reshape(4, 6, 5) * 7) % 6
+
+
 def _image1(g):
     return torch.randn(1, 5, 6, 6, generator=g, dtype=torch.float64)
 
@@ -199,6 +204,10 @@ CASES: dict = {
     "median dim0 S1,S0": Case("along", _median0, ((_cube, (S1, S0)),)),
     "kthvalue dim2 S0,S1": Case("along", lambda t: torch.kthvalue(t, 2, dim=2).values, ((_cube, (S0, S1)),)),
     "mode dim2 S1,P": Case("along", lambda t: torch.mode(t.round(), dim=2).values, ((_cube, (S1, P)),)),
+    "max dim1 S0,S2": Case("along", lambda t: torch.max(t, dim=1).values, ((_cube, (S0, S2)),)),
+    "gather dim2 S1,S0": Case("along", lambda t: torch.gather(t, 2, _GATHER_INDEX), ((_cube, (S1, S0)),)),
+    "scatter_add dim1 S0,S2": Case("along", lambda t, s: t.scatter_add(1, _SCATTER_INDEX, s),
+                                   ((_cube, (S0, S2)), (_cube, (R, S2)))),
     # decompositions: each step by its rule
     "mv S0,S1 x R,S0": Case("decompose", torch.mv, ((_matrix, (S0, S1)), (_vector, (R, S0)))),
     "smooth_l1 S0,S1": Case("decompose", lambda a, b: F.smooth_l1_loss(a, b, beta=0.5),

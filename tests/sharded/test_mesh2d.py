@@ -86,6 +86,10 @@ EXPECT = {
     "median dim1 S0,R grad R,S0": ("(Shard(0), Replicate())", NONE),
     "kthvalue dim2 S0,S1": ("(Shard(0), Shard(1))", NONE),
     "mode dim2 S1,P": ("(Shard(1), Replicate())", ONE_REDUCE),  # round() is not linear
+    "max dim1 S0,S2": ("(Shard(0), Shard(1))", NONE),
+    # by positions along one dim: the other dims' shards stay
+    "gather dim2 S1,S0": ("(Shard(1), Shard(0))", NONE),
+    "scatter_add dim1 S0,S2": ("(Shard(0), Shard(2))", NONE),
     # decompositions, each step by its rule
     "mv S0,S1 x R,S0": ("(Shard(0), Partial('sum'))", NONE),
     "mv S0,S1 x S0,R": ("(Shard(0), Partial('sum'))", ONE_GATHER),
@@ -107,6 +111,9 @@ NO_COMM_BACKWARD = {
     "avg_pool2d S0,S1", "avg_pool2d R,S1", "interpolate S0,S1", "fft S0,S1", "fractional_max_pool2d S0,S1",
     "conv2d x S0,R w R,S0", "conv2d x R,S0 w S0,R b S0,R", "conv_transpose2d x S0,R w R,S1",
     "hardswish S1,S0", "smooth_l1 S0,S1", "mv S0,S1 x R,S0", "var dim2 S0,S1",
+    # the backward of a reduction to values along a dim scatters into zeros: along that dim only
+    "kthvalue dim2 S0,S1", "max dim1 S0,S2", "median dim1 S0,S1", "gather dim2 S1,S0",
+    "scatter_add dim1 S0,S2",
 }
 
 

@@ -6,7 +6,10 @@ gather, scatter, index_put, index_add and the ``*_backward`` ops autograd emits 
   dims stay where they are (their slices are independent), shifting past a dim the op
   removes (``max(dim)`` without ``keepdim``). Partial inputs are reduced first.
 - *By positions*: the positions are global indices, so every operand is made whole
-  (Replicate) and the op runs on every rank alike; the result is Replicate. This is what
+  (Replicate) and the op runs on every rank alike; the result is Replicate -- except that
+  ``gather``/``scatter``/``scatter_add``/``scatter_reduce`` (positions along one dim, what
+  the backward of ``max``/``kthvalue``/``median``/``mode`` over a dim runs) keep a shard of
+  another dim that every operand has whole-sized. This is what
   DTensor's fallback strategy does for these ops. An in-place one writes into its first
   operand, which must already be whole: a shard would not receive the rows another rank
   owns (a named error says so, with the fix).
@@ -26,12 +29,13 @@ from ._common import (
     fast_plan,
     global_meta,
     move,
+    move_plain,
     planned,
     spec_of,
     wrap_out,
 )
 
-__all__ = ["along_dims", "by_positions", "by_positions_inplace", "triangle_inplace"]
+__all__ = ["along_dims", "along_one_dim", "by_positions", "by_positions_inplace", "triangle_inplace"]
 
 _SEQ = (list, tuple)
 
@@ -204,8 +208,7 @@ def triangle_inplace(func, types, args, kwargs):
 
 
 _BY_POSITIONS = (
-    aten.index.Tensor, aten.gather.default, aten.take_along_dim.default, aten.masked_select.default,
-    aten.scatter.src, aten.scatter.value, aten.scatter_add.default, aten.scatter_reduce.two,
+    aten.index.Tensor, aten.take_along_dim.default, aten.masked_select.default,
     aten.index_add.default, aten.index_copy.default, aten.index_fill.int_Scalar,
     aten.index_put.default, aten.repeat.default,
     aten.unfold_backward.default, aten.masked_scatter.default,
@@ -237,6 +240,58 @@ def by_positions(func, types, args, kwargs):
     res = func(*_whole(args, rep), **{k: _whole(v, rep) for k, v in kwargs.items()})
     meta = _whole_meta(res) if _data_dependent(func, args) else global_meta(func, args, kwargs)
     return _wrap_all(res, meta, mesh, rep, coord)
+
+
+# Positions along one dim (``dim``): self at 0, the index at 2, a source at 3. Every other
+# dim is positional -- element i of the index addresses element i of self and of the source
+# there -- so a shard of another dim stays when the operands have one size at it (the index
+# covers the whole dim: a rank's rows of it address its rows). What autograd emits for
+# max/kthvalue/median/mode over a dim (scatter into zeros) and for gather.
+_ALONG_ONE_DIM = (aten.gather.default, aten.scatter.src, aten.scatter.value, aten.scatter_add.default,
+                  aten.scatter_reduce.two)
+
+
+def _one_dim_decide(func, args, kwargs):
+    mesh, coord = spec_of(func, args, kwargs)
+    x = args[0]
+    nd = x.dim()
+    d = args[1] % nd if nd else 0
+    at = tuple(i for i in (0, 2, 3) if i < len(args) and isinstance(args[i], torch.Tensor))
+    tensors = [args[i] for i in at]
+    lay: list = []
+    if all(t.dim() == nd for t in tensors):
+        for m in range(mesh.ndim):
+            pick = Replicate()
+            for t in tensors:
+                k = placements_of(t)[m].shard_dim() if type(t) is ShardedTensor else None
+                if k is not None and k != d and all(q.shard_dim() != k for q in lay) and \
+                        len({u.shape[k] for u in tensors}) == 1:
+                    pick = Shard(k)
+                    break
+            lay.append(pick)
+    layout = tuple(lay) if lay else (Replicate(),) * mesh.ndim
+    if all(p.is_replicate() for p in layout):
+        return None
+    return layout, at, global_meta(func, args, kwargs), mesh, coord
+
+
+_one_dim_plan = planned(_one_dim_decide)
+
+
+@ShardedTensor.implements(*_ALONG_ONE_DIM)
+def along_one_dim(func, types, args, kwargs):
+    """``gather``/``scatter``/``scatter_add``/``scatter_reduce`` by positions along ``dim``:
+    shards of the other dims stay (each rank runs the op on its locals); else by positions."""
+    plan = _one_dim_plan(func, args, kwargs)
+    if plan is None:
+        return by_positions(func, types, args, kwargs)
+    layout, at, meta, mesh, coord = plan
+    new = list(args)
+    for i in at:
+        a = args[i]
+        new[i] = move(a, layout) if type(a) is ShardedTensor else move_plain(a, mesh, coord, layout)
+    rep = (Replicate(),) * mesh.ndim
+    return wrap_out(func(*new, **{k: _whole(v, rep) for k, v in kwargs.items()}), meta, mesh, layout, coord)
 
 
 _BY_POSITIONS_INPLACE = (
