@@ -89,6 +89,39 @@ _GATHER_INDEX = torch.arange(72).reshape(4, 6, 3) % 5
 _SCATTER_INDEX = (torch.arange(120).reshape(4, 6, 5) * 7) % 6
 
 
+def _cube_t(g):
+    return torch.randn(4, 5, 3, generator=g, dtype=torch.float64)
+
+
+def _cube_sq(g):
+    return torch.randn(4, 6, 3, generator=g, dtype=torch.float64)
+
+
+def _vector6(g):
+    return torch.randn(6, generator=g, dtype=torch.float64)
+
+
+def _table(g):
+    return torch.randn(10, 6, generator=g, dtype=torch.float64)
+
+
+def _w5(g):
+    return torch.randn(5, generator=g, dtype=torch.float64)
+
+
+def _logits(g):
+    return torch.randn(6, 7, generator=g, dtype=torch.float64)
+
+
+def _qkv(g):
+    return torch.randn(4, 4, 5, 8, generator=g, dtype=torch.float64)
+
+
+_IDS = torch.tensor([[1, 9, 3], [0, 4, 4]])
+_TARGET = torch.tensor([0, 6, 3, 2, 2, 5])
+_CW = torch.linspace(0.5, 2.0, 7, dtype=torch.float64)
+
+
 def _image1(g):
     return torch.randn(1, 5, 6, 6, generator=g, dtype=torch.float64)
 
@@ -251,6 +284,22 @@ CASES: dict = {
     "var dim1 S1,S0 grad S0,R": Case("reduction", lambda t: torch.var(t, dim=1), ((_cube, (S1, S0)),), grad=(S0, R)),
     "mm a S1,R b R,S0": Case("decompose", torch.mm, ((_matrix, (S1, R)), (_square, (R, S0)))),
     "mv S1,R x R,S0": Case("decompose", torch.mv, ((_matrix, (S1, R)), (_vector, (R, S0)))),
+    "bmm a S2,R b R,S1": Case("decompose", torch.bmm, ((_cube, (S2, R)), (_cube_t, (R, S1)))),
+    "baddbmm S0,S1": Case("decompose", lambda c, a, b: torch.baddbmm(c, a, b),
+                          ((_cube_sq, (S0, S1)), (_cube, (S0, S1)), (_cube_t, (S0, R)))),
+    "bce S0,S1 vs S1,S0": Case("decompose", lambda a, b: F.binary_cross_entropy(torch.sigmoid(a), torch.sigmoid(b)),
+                               ((_cube, (S0, S1)), (_cube, (S1, S0)))),
+    "addmv S0,R": Case("decompose", lambda v, m, x: torch.addmv(v, m, x),
+                       ((_vector6, (R, S0)), (_matrix, (S0, R)), (_vector, (R, S0)))),
+    "embedding S0,S1 table": Case("others", lambda w: F.embedding(_IDS, w), ((_table, (S0, S1)),)),
+    "embedding R,S1 table": Case("others", lambda w: F.embedding(_IDS, w), ((_table, (R, S1)),)),
+    "layer_norm S0,S1": Case("others", lambda x, w: F.layer_norm(x, (5,), w), ((_cube, (S0, S1)), (_w5, (R, R)))),
+    "cross_entropy S0,S1": Case("others", lambda x: F.cross_entropy(x, _TARGET), ((_logits, (S0, S1)),)),
+    "cross_entropy S0,R w": Case("others", lambda x: F.cross_entropy(x, _TARGET, weight=_CW), ((_logits, (R, S0)),)),
+    "softmax S0,S1": Case("others", lambda x: torch.softmax(x, -1), ((_cube, (S0, S1)),)),
+    "group_norm S0,S1": Case("others", lambda x: F.group_norm(x, 5), ((_image, (S0, S1)),)),
+    "sdpa heads,batch": Case("others", lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+                             ((_qkv, (S1, S0)), (_qkv, (S1, S0)), (_qkv, (S0, S1)))),
     # a pointwise op whose operands shard one tensor dim on different mesh dims
     "add S0,R + R,S0": Case("pointwise", torch.add, ((_cube, (S0, R)), (_cube, (R, S0)))),
 }

@@ -4,7 +4,9 @@ kept or gathered -- on the other. One representative op per family (pooling,
 interpolation, fft, batched linear algebra, convolution, batch norm, var/std over sharded
 dims, median/kthvalue/mode along a dim, decompositions, random ops) on mixed layouts, values
 and gradients equal to dense (checked on every rank), the collectives each rule claims to
-avoid counted, one aot_eager compile per family. Every test shares one spawned world.
+avoid counted, one aot_eager compile per family; and a few layouts of the other families
+(embedding, layer/group norm, softmax, cross-entropy, attention). Every test shares one
+spawned world.
 
 Layouts that shard one tensor dim on both mesh dims are refused with a PlacementError (the
 kit has no nested sharding), and no rule may produce one: two rules did (a matrix product
@@ -99,6 +101,19 @@ EXPECT = {
     "hardswish S1,S0": ("(Shard(1), Shard(0))", NONE),
     "instance_norm S0,S1": ("(Shard(0), Replicate())", ONE_GATHER),
     "add S0,R + R,S0": ("(Shard(0), Replicate())", ONE_GATHER),
+    "bmm a S2,R b R,S1": ("(Partial('sum'), Replicate())", ONE_GATHER),  # k picked once
+    "baddbmm S0,S1": ("(Shard(0), Shard(1))", NONE),
+    "bce S0,S1 vs S1,S0": ("(Partial('sum'), Partial('sum'))", None),  # the target relaid out
+    "addmv S0,R": ("(Shard(0), Partial('sum'))", ONE_GATHER),
+    # other families, on 2-D layouts
+    "embedding S0,S1 table": ("(Partial('sum'), Shard(2))", NONE),  # vocab-parallel x columns
+    "embedding R,S1 table": ("(Replicate(), Shard(2))", NONE),
+    "layer_norm S0,S1": ("(Shard(0), Shard(1))", NONE),
+    "softmax S0,S1": ("(Shard(0), Shard(1))", NONE),
+    "group_norm S0,S1": ("(Shard(0), Replicate())", ONE_GATHER),
+    "cross_entropy S0,S1": ("(Partial('sum'), Replicate())", None),
+    "cross_entropy S0,R w": ("(Replicate(), Partial('sum'))", ONE_REDUCE),  # the total weight
+    "sdpa heads,batch": ("(Shard(1), Shard(0))", None),
     # an incoming gradient laid out otherwise
     "avg_pool2d S0,R grad R,S0": ("(Shard(0), Replicate())", NONE),
     "interpolate S1,R grad R,S1": ("(Shard(1), Replicate())", NONE),
@@ -113,7 +128,7 @@ NO_COMM_BACKWARD = {
     "hardswish S1,S0", "smooth_l1 S0,S1", "mv S0,S1 x R,S0", "var dim2 S0,S1",
     # the backward of a reduction to values along a dim scatters into zeros: along that dim only
     "kthvalue dim2 S0,S1", "max dim1 S0,S2", "median dim1 S0,S1", "gather dim2 S1,S0",
-    "scatter_add dim1 S0,S2",
+    "scatter_add dim1 S0,S2", "baddbmm S0,S1", "layer_norm S0,S1", "softmax S0,S1", "embedding R,S1 table",
 }
 
 
