@@ -169,6 +169,14 @@ def _vector(g):
     return torch.randn(4, generator=g, dtype=torch.float64)
 
 
+def _bilinear_weight(g):
+    return torch.randn(5, 4, 4, generator=g, dtype=torch.float64)
+
+
+_CLASSES = torch.tensor([3, 0, 1, 1, 2, 0])
+_BAGS = torch.tensor([[0, 5, 2], [1, 1, 4], [3, 2, 0]])
+
+
 class Case(NamedTuple):
     family: str
     fn: Callable
@@ -246,6 +254,12 @@ CASES: dict = {
     "smooth_l1 S0,S1": Case("decompose", lambda a, b: F.smooth_l1_loss(a, b, beta=0.5),
                             ((_cube, (S0, S1)), (_cube, (S0, S1)))),
     "hardswish S1,S0": Case("decompose", F.hardswish, ((_cube, (S1, S0)),)),
+    # shared dims: a batch, point sets' rows, features, a table's columns
+    "bilinear a,b S0,R w R,S0": Case("shared_dims", F.bilinear,
+                                     ((_matrix, (S0, R)), (_matrix, (S0, R)), (_bilinear_weight, (R, S0)))),
+    "cdist x1 S0,R x2 R,S0": Case("shared_dims", torch.cdist, ((_matrix, (S0, R)), (_square, (R, S0)))),
+    "multi_margin_loss S0,P": Case("shared_dims", lambda x: F.multi_margin_loss(x, _CLASSES), ((_matrix, (S0, P)),)),
+    "embedding_bag w R,S1": Case("shared_dims", lambda w: F.embedding_bag(_BAGS, w, mode="max"), ((_matrix, (R, S1)),)),
     # probes
     "avg_pool2d P,S3": Case("independent", lambda t: F.avg_pool2d(t, 2), ((_image, (P, S3)),)),
     "avg_pool2d Pmax,S1": Case("independent", lambda t: F.avg_pool2d(t, 2), ((_image, (Partial("max"), S1)),)),
@@ -495,6 +509,8 @@ COMPILED = {
     "decompose": (_decompose_chain, ((_cube, (S0, S1)), (_cube, (S0, S1)),
                                      (lambda g: torch.randn(6, generator=g, dtype=torch.float64), (R, S0)))),
     "random": (_dropout_chain, ((lambda g: torch.randn(6, 5, generator=g, dtype=torch.float64), (S0, S1)),)),
+    "shared_dims": (lambda a, b, w: torch.cdist(F.bilinear(a, b, w), F.bilinear(b, a, w).tanh()),
+                    ((_matrix, (S0, R)), (_matrix, (S0, R)), (_bilinear_weight, (R, S0)))),
 }
 
 

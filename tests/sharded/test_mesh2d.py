@@ -1,8 +1,9 @@
 """The rule families on a 2-D (2, 2) mesh of 4 gloo ranks: each rule decides per mesh dim, so
 a shard it keeps on one mesh dim must survive a Replicate, a Partial or another shard --
 kept or gathered -- on the other. One representative op per family (pooling,
-interpolation, fft, batched linear algebra, convolution, batch norm, var/std over sharded
-dims, median/kthvalue/mode along a dim, decompositions, random ops) on mixed layouts, values
+interpolation, fft, batched linear algebra, convolution, shared dims -- bilinear, cdist, a
+margin loss, embedding_bag --, batch norm, var/std over sharded dims, median/kthvalue/mode
+along a dim, decompositions, random ops) on mixed layouts, values
 and gradients equal to dense (checked on every rank), the collectives each rule claims to
 avoid counted, one aot_eager compile per family; and a few layouts of the other families
 (embedding, layer/group norm, softmax, cross-entropy, attention). Every test shares one
@@ -114,6 +115,11 @@ EXPECT = {
     "cross_entropy S0,S1": ("(Partial('sum'), Replicate())", None),
     "cross_entropy S0,R w": ("(Replicate(), Partial('sum'))", ONE_REDUCE),  # the total weight
     "sdpa heads,batch": ("(Shard(1), Shard(0))", None),
+    # shared dims: one shared dim kept per mesh dim
+    "bilinear a,b S0,R w R,S0": ("(Shard(0), Shard(1))", NONE),
+    "cdist x1 S0,R x2 R,S0": ("(Shard(0), Shard(1))", NONE),
+    "multi_margin_loss S0,P": ("(Partial('sum'), Replicate())", ONE_REDUCE),
+    "embedding_bag w R,S1": ("(Replicate(), Shard(1))", NONE),
     # an incoming gradient laid out otherwise
     "avg_pool2d S0,R grad R,S0": ("(Shard(0), Replicate())", NONE),
     "interpolate S1,R grad R,S1": ("(Shard(1), Replicate())", NONE),
@@ -129,6 +135,8 @@ NO_COMM_BACKWARD = {
     # the backward of a reduction to values along a dim scatters into zeros: along that dim only
     "kthvalue dim2 S0,S1", "max dim1 S0,S2", "median dim1 S0,S1", "gather dim2 S1,S0",
     "scatter_add dim1 S0,S2", "baddbmm S0,S1", "layer_norm S0,S1", "softmax S0,S1", "embedding R,S1 table",
+    # shared dims: each kept shard's gradient keeps it, or is a pending sum
+    "bilinear a,b S0,R w R,S0", "cdist x1 S0,R x2 R,S0", "embedding_bag w R,S1",
 }
 
 
@@ -177,6 +185,10 @@ def test_the_kept_shards_gradients(cases):
         "(Shard(0), Partial('sum'))", "(Partial('sum'), Shard(0))", "(Partial('sum'), Shard(0))"]
     assert r["conv2d x R,S0 w S0,R b S0,R"]["grads"] == [
         "(Partial('sum'), Shard(0))", "(Shard(0), Partial('sum'))", "(Shard(0), Partial('sum'))"]
+    # bilinear, batch on mesh dim 0 and out-features on 1: the inputs' gradients sum over the
+    # features, the weight's over the batch; cdist's likewise over the other point set
+    assert r["bilinear a,b S0,R w R,S0"]["grads"] == ["(Shard(0), Partial('sum'))"] * 2 + ["(Partial('sum'), Shard(0))"]
+    assert r["cdist x1 S0,R x2 R,S0"]["grads"] == ["(Shard(0), Partial('sum'))", "(Partial('sum'), Shard(0))"]
     for name in ("avg_pool2d S0,S1", "interpolate S0,S1", "fft S0,S1", "fractional_max_pool2d S0,S1"):
         assert r[name]["grads"] == ["(Shard(0), Shard(1))"], name
 
@@ -234,3 +246,4 @@ def test_one_aot_eager_compile_per_family():
         assert r["conv"]["out"] == "(Shard(0), Shard(1))"
         assert r["batch_norm"]["out"] == "(Shard(0), Shard(2))"
         assert r["random"]["out"] == "(Shard(0), Shard(1))"
+        assert r["shared_dims"]["out"] == "(Shard(0), Replicate())"
