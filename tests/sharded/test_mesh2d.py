@@ -44,6 +44,10 @@ EXPECT = {
     "avg_pool2d P,S3": ("(Partial('sum'), Replicate())", ONE_GATHER),
     "avg_pool2d Pmax,S1": ("(Replicate(), Shard(1))", ONE_REDUCE),
     "avg_pool2d N=1 S0,S1": ("(Replicate(), Shard(1))", ONE_GATHER),  # 1 sample over 2 ranks
+    "avg_pool2d Pavg,S1": ("(Partial('avg'), Shard(1))", NONE),
+    "fft Pavg,S0": ("(Partial('avg'), Shard(0))", NONE),
+    "conv2d x Pavg,S0": ("(Replicate(), Shard(0))", ONE_REDUCE),
+    "var dim1 S0,Pavg": ("(Shard(0), Replicate())", ONE_REDUCE),
     "max_pool2d S0,P": ("(Shard(0), Replicate())", ONE_REDUCE),
     "max_pool2d S2,S1": ("(Replicate(), Shard(1))", ONE_GATHER),
     "fractional_max_pool2d S0,S1": ("(Shard(0), Shard(1))", NONE),
@@ -137,6 +141,8 @@ NO_COMM_BACKWARD = {
     "scatter_add dim1 S0,S2", "baddbmm S0,S1", "layer_norm S0,S1", "softmax S0,S1", "embedding R,S1 table",
     # shared dims: each kept shard's gradient keeps it, or is a pending sum
     "bilinear a,b S0,R w R,S0", "cdist x1 S0,R x2 R,S0", "embedding_bag w R,S1",
+    # a pooling backward reads its input's shape only: a pending sum of it is not reduced
+    "avg_pool2d S1,P", "avg_pool2d P,P", "avg_pool2d Pavg,S1", "max_pool2d S0,P",
 }
 
 
@@ -179,6 +185,10 @@ def test_factorizations_gather_only_their_info(cases):
 
 def test_the_kept_shards_gradients(cases):
     r = cases[0]
+    # The incoming gradient laid out otherwise than the input and the indices: it moves (one
+    # all-gather per mesh dim), not the two operands that agree.
+    got = r["max_pool2d S0,S1 grad S1,S0"]
+    assert got["backward comms"] == {"all_gather_into_tensor": 2} and got["grads"] == ["(Shard(0), Shard(1))"], got
     # batch on mesh dim 0, out-channels on mesh dim 1: the input's gradient is a pending sum
     # over the out-channels, the weight's over the samples, each keeping its own shard
     assert r["conv2d x S0,R w R,S0"]["grads"] == [

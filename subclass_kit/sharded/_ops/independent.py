@@ -9,8 +9,8 @@ every carrying operand and in every result (pooling's output keeps N and C, ``de
 the batch). Per mesh dim the rule is:
 
 - a shard of an independent dim stays, with no communication: every carrying operand is
-  laid out the same way and each rank runs the op on its locals (the first sharded operand
-  decides; a plain or Replicate operand is cut locally);
+  laid out the same way and each rank runs the op on its locals (the shard most operands
+  have decides, the first operand's on a tie; a plain or Replicate operand is cut locally);
 - a shard of any other dim is gathered first (that operand, that mesh dim), a Partial is
   reduced first -- unless the op is linear in that argument, the others fixed (pooling by
   averages, interpolation, padding, fft, a backward in its incoming gradient): then a
@@ -54,6 +54,9 @@ class _Rule(NamedTuple):
     # padding, fft, a backward in its incoming gradient): a Partial('sum'/'avg') of it
     # passes through, unreduced, where no shard stays
     linear: int | None = None
+    # arguments a backward reads for their shape only (pooling's and padding's ``self``): a
+    # Partial of one stays pending where the layout is whole (its local has that shape)
+    shape_only: tuple = ()
     # (args, kwargs) -> the results' global metadata, for an op torch has no meta kernel for
     # (None: shapes that depend on the values -- computed whole)
     meta: Callable | None = None
@@ -244,18 +247,18 @@ def _pooling() -> dict:
             rules[name] = _Rule(_leading(k), linear=None if "max" in name else 0)
         rules[f"max_unpool{k}d"] = _Rule(_leading(k, (0, 1)), linear=0)
         # a backward is linear in its incoming gradient (given the indices of a max)
-        rules[f"avg_pool{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0)
-        rules[f"_adaptive_avg_pool{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0)
-        rules[f"adaptive_max_pool{k}d_backward"] = _Rule(_leading(k, (0, 1, 2)), linear=0)
-        rules[f"max_pool{k}d_with_indices_backward"] = _Rule(_leading(k, (0, 1, 7)), linear=0)
-        rules[f"reflection_pad{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0)
-        rules[f"replication_pad{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0)
+        rules[f"avg_pool{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0, shape_only=(1,))
+        rules[f"_adaptive_avg_pool{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0, shape_only=(1,))
+        rules[f"adaptive_max_pool{k}d_backward"] = _Rule(_leading(k, (0, 1, 2)), linear=0, shape_only=(1,))
+        rules[f"max_pool{k}d_with_indices_backward"] = _Rule(_leading(k, (0, 1, 7)), linear=0, shape_only=(1,))
+        rules[f"reflection_pad{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0, shape_only=(1,))
+        rules[f"replication_pad{k}d_backward"] = _Rule(_leading(k, (0, 1)), linear=0, shape_only=(1,))
         # the random samples are per (N, C) plane: (N, C, 2 or 3), cut with the input
         rules[f"fractional_max_pool{k}d"] = _Rule(_leading(k, (0, 3)))
-        rules[f"fractional_max_pool{k}d_backward"] = _Rule(_leading(k, (0, 1, 4)), linear=0)
+        rules[f"fractional_max_pool{k}d_backward"] = _Rule(_leading(k, (0, 1, 4)), linear=0, shape_only=(1,))
     for pad in ("reflection_pad1d", "replication_pad1d"):
         rules[pad] = _Rule(_leading(1), linear=0)
-        rules[pad + "_backward"] = _Rule(_leading(1, (0, 1)), linear=0)
+        rules[pad + "_backward"] = _Rule(_leading(1, (0, 1)), linear=0, shape_only=(1,))
     return rules
 
 
@@ -370,6 +373,14 @@ def _has(m: TensorMeta, d: int, shape) -> bool:
     return len(m.shape) > d and m.shape[d] == shape[d]
 
 
+def _shape_target(a, layout: tuple) -> tuple:
+    """``layout`` for an argument read for its shape only, keeping a Partial of it where the
+    layout is whole: no all-reduce of values nobody reads."""
+    if type(a) is not ShardedTensor:
+        return layout
+    return tuple(c if c.is_partial() and p.is_replicate() else p for c, p in zip(placements_of(a), layout))
+
+
 def _decide(func, args, kwargs):
     rule = _RULES[func]
     mesh, coord = spec_of(func, args, kwargs)
@@ -382,14 +393,17 @@ def _decide(func, args, kwargs):
     operands = [args[i] for i in at if isinstance(args[i], torch.Tensor)]
     lay: list = []
     for m in range(mesh.ndim):
-        # The first carrying operand sharded on an independent dim decides this mesh dim.
-        keep = next(
-            (p for p in (placements_of(a)[m] for a in operands if type(a) is ShardedTensor)
-             if p.shard_dim() in dims and not any(q.shard_dim() == p.shard_dim() for q in lay)
-             and _carried(p.shard_dim(), operands, metas, mesh.shape[m])),
-            Replicate(),
-        )
-        lay.append(keep)
+        # The shard of an independent dim that most carrying operands already have decides
+        # this mesh dim (the fewest moves: a backward's incoming gradient laid out otherwise
+        # than its input and indices); on a tie, the first operand's.
+        votes: dict = {}
+        for p in (placements_of(a)[m] for a in operands if type(a) is ShardedTensor):
+            if p in votes:
+                votes[p] += 1
+            elif (p.shard_dim() in dims and not any(q.shard_dim() == p.shard_dim() for q in lay)
+                  and _carried(p.shard_dim(), operands, metas, mesh.shape[m])):
+                votes[p] = 1
+        lay.append(max(votes, key=votes.__getitem__) if votes else Replicate())
     layout = tuple(lay)
     whole = (Replicate(),) * mesh.ndim
     # Where no shard stays, a pending sum of the argument the op is linear in stays pending.
@@ -400,7 +414,8 @@ def _decide(func, args, kwargs):
     )
     lin_target = tuple(placements_of(lin)[m] if passes[m] else p for m, p in enumerate(layout)) if any(passes) else None
     moves = tuple(
-        (i, lin_target if i == rule.linear and lin_target is not None else layout if i in at else whole)
+        (i, lin_target if i == rule.linear and lin_target is not None else
+         _shape_target(a, layout) if i in rule.shape_only else layout if i in at else whole)
         for i, a in enumerate(args) if isinstance(a, torch.Tensor)
     )
     # A result that does not have a kept dim is empty (checked by _carried), or computed
