@@ -24,13 +24,14 @@ import json
 import logging
 import os
 import platform
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
-__all__ = ["KINDS", "SUITES", "main", "markdown_table", "ratio_rows", "side_by_side"]
+__all__ = ["KINDS", "SUITES", "interleaved", "main", "markdown_table", "ratio_rows", "side_by_side"]
 
 _log = logging.getLogger(__name__)
 
@@ -77,6 +78,44 @@ def side_by_side(
         for k, timer in timers.items():
             got[k].append(timer.timeit(number) if number is not None else timer.blocked_autorange(min_run_time=min_run_time))
     return {k: Measurement.merge(ms)[0] for k, ms in got.items()}
+
+
+def interleaved(
+    fns: Mapping[str, Callable[..., object]],
+    *,
+    rounds: int,
+    reference: str,
+    min_run_time: float = 0.05,
+    number: int | None = None,
+) -> tuple[dict, dict]:
+    """Time ``fns`` in ``rounds`` one-round :func:`side_by_side` calls, the order reversed
+    every other round; return ``(merged, ratios)``.
+
+    ``merged`` maps each name to its ``Measurement`` over all rounds; ``ratios`` maps each
+    name to the median over rounds of that round's median divided by ``reference``'s. Each
+    round's ratio compares times taken back to back, so the median of them is robust to the
+    slow phases of a shared machine (which can double one implementation's times for
+    seconds), and alternating the order cancels a first-or-second bias. ``number`` fixes the
+    call count of every timing (ranks of a world must call alike; see :func:`side_by_side`).
+
+    Example:
+        >>> merged, ratios = interleaved({"a": lambda: None, "b": lambda: None}, rounds=3,
+        ...                              reference="a", number=10)
+        >>> sorted(merged), ratios["a"], len(merged["b"].times)
+        (['a', 'b'], 1.0, 3)
+    """
+    from torch.utils.benchmark import Measurement
+
+    if reference not in fns:
+        raise KeyError(f"interleaved: reference {reference!r} is not among {sorted(fns)}")
+    if rounds < 1:
+        raise ValueError(f"interleaved: rounds must be at least 1, got {rounds}")
+    order = list(fns.items())
+    per_round = [side_by_side(dict(reversed(order) if r % 2 else order), rounds=1, min_run_time=min_run_time,
+                              number=number) for r in range(rounds)]
+    merged = {k: Measurement.merge([one[k] for one in per_round])[0] for k in fns}
+    ratios = {k: statistics.median(one[k].median / one[reference].median for one in per_round) for k in fns}
+    return merged, ratios
 
 
 def ratio_rows(

@@ -83,9 +83,7 @@ def _operands(quick: bool) -> dict:
 
 def _measure(quick: bool) -> list:
     import torch
-    from torch.utils.benchmark import Measurement
-
-    from . import ratio_rows, side_by_side
+    from . import interleaved, ratio_rows
 
     rounds, min_run_time = (5, 0.02) if quick else (15, 0.03)
     rows = []
@@ -93,17 +91,11 @@ def _measure(quick: bool) -> list:
         ratios, kit_us, ref_us = [], [], []
         for op, f in OPS.items():
             fns = {impl: functools.partial(f, *xs) for impl, xs in impls.items()}
-            # One round at a time, the order reversed every other round: each round's ratio
-            # compares times taken back to back, and their median is robust to the slow
-            # phases of a shared machine (which can double one impl's times for seconds).
-            per_round = [side_by_side(dict(reversed(fns.items())) if r % 2 else fns, rounds=1,
-                                      min_run_time=min_run_time) for r in range(rounds)]
-            res = {impl: Measurement.merge([one[impl] for one in per_round])[0] for impl in fns}
+            res, ratio = interleaved(fns, rounds=rounds, reference="DTensor", min_run_time=min_run_time)
             got = ratio_rows(f"eager_op {pl}", op, res, reference="DTensor", kinds=_KINDS, world_size=1)
             by = {r["impl"]: r for r in got}
             for impl, row in by.items():
-                row["ratio"] = round(statistics.median(
-                    one[impl].median / one["DTensor"].median for one in per_round), 3)
+                row["ratio"] = round(ratio[impl], 3)
             rows += got
             ratios.append(by["kit ShardedTensor"]["ratio"])
             kit_us.append(by["kit ShardedTensor"]["median_us"])

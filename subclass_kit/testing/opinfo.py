@@ -337,6 +337,7 @@ class _Options:
     cotangent: str = "ones"
     tolerances: Any = None
     samples: Any = None
+    on_sample: Any = None
 
 
 def _samples(info, device, dtype, requires_grad, o):
@@ -401,6 +402,8 @@ def _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward,
         if d:
             return OpResult(name, WRONG, f"sample {judged} ({_describe_sample(sample)}): {d}", judged)
         judged += 1
+        if o.on_sample is not None:
+            o.on_sample(conv)
         if not deterministic:
             if RANDOM_NOTE not in notes:
                 notes.append(RANDOM_NOTE)
@@ -441,7 +444,8 @@ def sweep_op(info: Any, from_plain: Callable[[torch.Tensor], Any] | None = None,
              max_samples: int = 3, backward: bool = True, timeout: float | None = 30.0,
              lay_out: Callable[[list], list | None] | None = None, seed: int | None = None,
              cotangent: str = "ones", tolerances: dict | None = None,
-             samples: Callable[[Any, Any], Any] | None = None) -> OpResult:
+             samples: Callable[[Any, Any], Any] | None = None,
+             on_sample: Callable[[tuple], Any] | None = None) -> OpResult:
     """Run one OpInfo entry through the subclass (see :func:`sweep_ops` for the arguments);
     never raises for the op's behaviour: every outcome is an :class:`OpResult`.
 
@@ -454,7 +458,7 @@ def sweep_op(info: Any, from_plain: Callable[[torch.Tensor], Any] | None = None,
         raise ValueError(f"sweep_op: cotangent must be 'ones' or 'random', got {cotangent!r}")
     if from_plain is None and lay_out is None:
         raise TypeError("sweep_op needs from_plain (dense -> instance) or lay_out (a sample's tensors -> instances)")
-    opts = _Options(lay_out, seed, cotangent, tolerances, samples)
+    opts = _Options(lay_out, seed, cotangent, tolerances, samples, on_sample)
     to_plain = to_plain or _default_to_plain
     name = _full_name(info)
     t0 = time.perf_counter()
@@ -502,7 +506,8 @@ def sweep_ops(from_plain: Callable[[torch.Tensor], Any] | None = None, *, ops: S
               on_result: Callable[[OpResult], Any] | None = None, subject: Any = None,
               lay_out: Callable[[list], list | None] | None = None, seed: int | None = None,
               cotangent: str = "ones", tolerances: dict | None = None,
-              samples: Callable[[Any, Any], Any] | None = None) -> OpSweep:
+              samples: Callable[[Any, Any], Any] | None = None,
+              on_sample: Callable[[tuple], Any] | None = None) -> OpSweep:
     """Run torch's OpInfo database through a wrapper subclass; say per op whether it is right.
 
     Args:
@@ -532,6 +537,9 @@ def sweep_ops(from_plain: Callable[[torch.Tensor], Any] | None = None, *, ops: S
         samples: ``(OpInfo, sample iterator) -> iterable`` choosing which of an op's samples
             are tried (``lambda info, it: itertools.islice(it, 1)``: only the first, judged
             or skipped); ``max_samples`` still caps the judged ones.
+        on_sample: called with each judged sample's converted arguments ``(input, args,
+            kwargs)`` as soon as its forward matched the dense op (before its backward), so
+            a caller can re-run the op on them (a timing pass).
         max_samples: samples judged per op (the first ones OpInfo yields).
         backward: also compare input gradients for ops whose forward passed.
         timeout: seconds per op (None or 0: no limit); a hang becomes a ``timeout`` outcome.
@@ -558,7 +566,7 @@ def sweep_ops(from_plain: Callable[[torch.Tensor], Any] | None = None, *, ops: S
     for info in infos:
         res = sweep_op(info, make, to_plain=to_plain, dtype=dtype, device=device, max_samples=max_samples,
                        backward=backward, timeout=timeout, lay_out=lay_out, seed=seed, cotangent=cotangent,
-                       tolerances=tolerances, samples=samples)
+                       tolerances=tolerances, samples=samples, on_sample=on_sample)
         sweep.results.append(res)
         if on_result is not None:
             on_result(res)

@@ -18,20 +18,27 @@ Each (op, layout) gets a status: the engine's outcome (``pass``, ``wrong``, ``er
 ``unsupported``. For the kit, the path each op took is recorded: ``gathered``, the aten
 overloads that went through the generic gathering fallback (no rule), and ``whole``, those a
 rule computed whole for placements it cannot keep (both empty: sharding rules only).
+
+``time_ops`` is the speed pass over the same samples and layouts: the kit's eager forward
+time over DTensor's, op by op, where both pass forward (see its docstring).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
+import time
 import traceback
+import warnings
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from subclass_kit.testing.opinfo import opinfo_ops, sweep_ops
+from subclass_kit import pytree
+from subclass_kit.testing.opinfo import opinfo_ops, sweep_op, sweep_ops
 
-__all__ = ["op_names", "sweep"]
+__all__ = ["op_names", "sweep", "time_ops"]
 
 # A distributed reduction sums in another order than the dense op.
 _TOLERANCES = {torch.float32: (2e-4, 2e-5), torch.float64: (1e-7, 1e-7)}
@@ -170,6 +177,94 @@ def sweep(names, impl_name: str = "kit", layouts=("R", "S", "P"), max_samples: i
         for k in ("gathered", "gathered_with_rule", "whole"):
             rec[k] = sorted(rec[k])
     return out
+
+
+def _judged(info, impl_name: str, mesh, layout: str, max_samples: int):
+    """The forward verdict on the op's first judged sample (of its first ``max_samples``, as
+    the sweep draws them) and that sample's laid-out arguments (None unless it passed)."""
+    got: list = []
+    res = sweep_op(info, lay_out=_lay_out_fn(impl_name, mesh, layout), dtype=_dtype, max_samples=1, backward=False,
+                   timeout=None, seed=_SEED, tolerances=_TOLERANCES, to_plain=_to_plain, on_sample=got.append,
+                   samples=lambda info, it: itertools.islice(it, max_samples))
+    return res.outcome, (got[0] if got and res.outcome == "pass" else None)
+
+
+def _call(op, args):
+    return op(args[0], *args[1], **args[2])
+
+
+def _shapes(args) -> list:
+    return [tuple(t.shape) for t in pytree.tree_leaves(args) if isinstance(t, torch.Tensor)]
+
+
+def _agree(failed: bool) -> bool:
+    """True when no rank failed (every rank learns the same answer, so all skip alike)."""
+    flag = torch.tensor([1.0 if failed else 0.0])
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return flag.item() == 0.0
+
+
+def _time_one(info, mesh, layout: str, max_samples: int, rounds: int, budget: float) -> dict:
+    from subclass_kit.bench import interleaved
+    from subclass_kit.sharded._ops.generic import gathered_ops
+
+    gathered_ops().clear()
+    kit, kit_args = _judged(info, "kit", mesh, layout, max_samples)
+    gathered = sorted(str(f) for f in gathered_ops())
+    dt, dt_args = _judged(info, "dtensor", mesh, layout, max_samples)
+    _HELD.clear()
+    if kit_args is None or dt_args is None:
+        return {"skip": f"forward: kit {kit}, DTensor {dt}", "kit": kit, "dtensor": dt}
+    if _shapes(kit_args) != _shapes(dt_args):
+        return {"skip": f"different samples: kit {_shapes(kit_args)}, DTensor {_shapes(dt_args)}"}
+    fns = {"kit": functools.partial(_call, info.op, kit_args), "DTensor": functools.partial(_call, info.op, dt_args)}
+    failed = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            # Warm-up: the first calls fill both implementations' caches (sharding
+            # propagation, the kit's per-signature plans); the last one estimates the cost.
+            for fn in fns.values():
+                fn()
+            t0 = time.perf_counter()
+            for fn in fns.values():
+                fn()
+            pair = time.perf_counter() - t0
+        except Exception as e:  # an op that cannot run twice on the same arguments
+            failed, pair = f"a repeated call raised {type(e).__name__}: {str(e)[:120]}", 0.0
+        if not _agree(failed is not None):
+            return {"skip": failed or "a repeated call raised on another rank"}
+        # One call count for every rank (the slowest rank's estimate), so collectives pair up.
+        est = torch.tensor([pair])
+        dist.all_reduce(est, op=dist.ReduceOp.MAX)
+        number = max(1, min(200, round(budget / max(est.item(), 1e-9))))
+        merged, ratio = interleaved(fns, rounds=rounds, reference="DTensor", number=number)
+    return {"ratio": round(ratio["kit"], 4), "kit_us": round(merged["kit"].median * 1e6, 2),
+            "dtensor_us": round(merged["DTensor"].median * 1e6, 2), "number": number, "gathered": gathered}
+
+
+def time_ops(names, layouts=("R", "S", "P"), max_samples: int = 2, rounds: int = 9, budget: float = 0.01) -> dict:
+    """Rank task: the kit's eager forward time over DTensor's, per op and layout, on the ops
+    both implementations pass forward.
+
+    Per op of ``names`` and layout, kit and DTensor are judged forward (against dense, as the
+    sweep judges) on the same sample -- the first one judged of the op's first
+    ``max_samples`` -- without gradients; where both pass, that call is warmed up and then
+    timed on both in ``rounds`` interleaved rounds (the order alternating, a fixed call count
+    per round sized to about ``budget`` seconds for the pair, the same on every rank so the
+    ranks' collectives pair up). Every rank times; rank 0's figures are the ones reported.
+
+    Returns ``{op key: {layout: {"ratio": median over rounds of kit / DTensor, "kit_us",
+    "dtensor_us": median microseconds per call, "number": calls per timing, "gathered": the
+    aten overloads the kit sent through its gathering fallback}}}``, or ``{layout: {"skip":
+    why}}`` where the pair was not timed.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    wanted = set(names)
+    return {_key(op): {layout: _time_one(op, mesh, layout, max_samples, rounds, budget) for layout in layouts}
+            for k, op in _first_per_key().items() if k in wanted}
 
 
 def debug(name: str, impl_name: str = "kit") -> str:

@@ -10,6 +10,15 @@ ran through its generic gathering fallback. Usage, from the repository root::
 
 It takes tens of minutes on two cores (DTensor's sweep is the longer one); the project's
 test suite runs the kit half in ``test_op_sweep.py``.
+
+``--time`` adds the speed pass (``_sweep.time_ops``): on every op and layout where both
+implementations pass forward on the same sample, the kit's eager forward time over DTensor's
+(interleaved rounds, median of the per-round ratios; the op's first sample of
+its first ``--time-samples`` that the layout applies to, so that Shard reaches the ops whose
+first samples have no even dim), written as ``timing.json`` and
+``timing.md``: per layout the number of ops timed and the median, p25 and p75 of their
+ratios, the 20 ops slowest relative to DTensor, and every op's ratios. ``--impls ''`` skips
+the coverage sweeps (time only). The timing pass takes about as long as the kit's sweep.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from collections import Counter
@@ -31,25 +41,49 @@ STATUSES = ("pass", "wrong", "error", "timeout", "unsupported", "skip")
 CHUNK = 40
 
 
-def run(names: list, impl: str, samples: int, log) -> dict:
+LAYOUTS = ("R", "S", "P")
+
+
+def _swept(impl: str, samples: int):
+    def task(chunk):
+        return world(2).run(_sweep.sweep, chunk, impl, LAYOUTS, samples, True, timeout=1800)[0]
+
+    def failed(why):
+        return {"status": "error", "R": ("error", why), "gathered": [], "whole": [], "seconds": 0.0}
+
+    return task, failed
+
+
+def _timed(samples: int, rounds: int):
+    def task(chunk):
+        return world(2).run(_sweep.time_ops, chunk, LAYOUTS, samples, rounds, timeout=1800)[0]
+
+    def failed(why):
+        return {layout: {"skip": why} for layout in LAYOUTS}
+
+    return task, failed
+
+
+def run(names: list, what: str, task, failed, log) -> dict:
+    """``task(chunk)`` (rank 0's ``{op: record}``) over ``names`` in chunks; an op that kills
+    the world gets ``failed(why)``."""
     out: dict = {}
     for i in range(0, len(names), CHUNK):
         chunk = names[i:i + CHUNK]
         t0 = time.perf_counter()
         try:
-            r0, _ = world(2).run(_sweep.sweep, chunk, impl, ("R", "S", "P"), samples, True, timeout=1800)
+            r0 = task(chunk)
         except AssertionError as e:
             # A chunk that kills the world is split in halves, down to the op that does it.
             if len(chunk) == 1:
-                out[chunk[0]] = {"status": "error", "R": ("error", f"the world failed: {str(e)[:300]}"),
-                                 "gathered": [], "whole": [], "seconds": 0.0}
+                out[chunk[0]] = failed(f"the world failed: {str(e)[:300]}")
                 continue
             half = len(chunk) // 2
-            out.update(run(chunk[:half], impl, samples, log))
-            out.update(run(chunk[half:], impl, samples, log))
+            out.update(run(chunk[:half], what, task, failed, log))
+            out.update(run(chunk[half:], what, task, failed, log))
             continue
         out.update(r0)
-        log(f"{impl}: {i + len(chunk)}/{len(names)} ops, {time.perf_counter() - t0:.0f} s")
+        log(f"{what}: {i + len(chunk)}/{len(names)} ops, {time.perf_counter() - t0:.0f} s")
     return out
 
 
@@ -70,12 +104,64 @@ def table(kit: dict, dt: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _quartiles(xs: list) -> dict:
+    if not xs:
+        return {"median": None, "p25": None, "p75": None}
+    p25, median, p75 = statistics.quantiles(xs * 2 if len(xs) == 1 else xs, n=4, method="inclusive")
+    return {"median": round(median, 3), "p25": round(p25, 3), "p75": round(p75, 3)}
+
+
+def timing_summary(timed: dict, slowest: int = 20) -> dict:
+    """Per layout (and over all): ops timed, median, p25 and p75 of the kit / DTensor ratios;
+    the ``slowest`` ops by their worst layout's ratio."""
+    per: dict = {}
+    for layout in LAYOUTS:
+        xs = sorted(rec[layout]["ratio"] for rec in timed.values() if "ratio" in rec.get(layout, {}))
+        per[layout] = {"ops": len(xs), **_quartiles(xs)}
+    every = sorted(r["ratio"] for rec in timed.values() for r in rec.values() if "ratio" in r)
+    per["all"] = {"ops": len(every), **_quartiles(every)}
+    worst = []
+    for op, rec in timed.items():
+        got = [(r["ratio"], layout) for layout, r in rec.items() if "ratio" in r]
+        if got:
+            worst.append((max(got)[0], max(got)[1], op))
+    worst.sort(reverse=True)
+    return {"layouts": per, "slowest": [{"op": op, "layout": layout, "ratio": ratio}
+                                        for ratio, layout, op in worst[:slowest]]}
+
+
+def timing_table(timed: dict, summary: dict) -> str:
+    def cell(r):
+        return f"{r['ratio']:.2f}" + (" (g)" if r.get("gathered") else "") if "ratio" in r else "-"
+
+    lines = ["Kit eager forward time over DTensor's, per op (median of interleaved rounds), where both pass",
+             "forward on the same sample; (g): the kit took its gathering fallback.", "",
+             "| layout | ops timed | median | p25 | p75 |", "|---|---|---|---|---|"]
+    for layout, v in summary["layouts"].items():
+        lines.append(f"| {layout} | {v['ops']} | {v['median']} | {v['p25']} | {v['p75']} |")
+    lines += ["", f"Slowest {len(summary['slowest'])} ops relative to DTensor (by their worst layout):", "",
+              "| op | " + " | ".join(LAYOUTS) + " | kit us | DTensor us (worst layout) |", "|---|" + "---|" * (len(LAYOUTS) + 2)]
+    for s in summary["slowest"]:
+        rec, w = timed[s["op"]], timed[s["op"]][s["layout"]]
+        lines.append(f"| {s['op']} | " + " | ".join(cell(rec.get(la, {})) for la in LAYOUTS)
+                     + f" | {w['kit_us']} | {w['dtensor_us']} |")
+    lines += ["", "Every op timed:", "", "| op | " + " | ".join(LAYOUTS) + " |", "|---|" + "---|" * len(LAYOUTS)]
+    for op, rec in timed.items():
+        if any("ratio" in r for r in rec.values()):
+            lines.append(f"| {op} | " + " | ".join(cell(rec.get(la, {})) for la in LAYOUTS) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="build/coverage")
     ap.add_argument("--ops", default=None)
     ap.add_argument("--samples", type=int, default=2)
-    ap.add_argument("--impls", default="kit,dtensor")
+    ap.add_argument("--impls", default="kit,dtensor", help="coverage sweeps to run ('' for none)")
+    ap.add_argument("--time", action="store_true", help="also time kit vs DTensor per op (timing.md/json)")
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds per op and layout")
+    ap.add_argument("--time-samples", type=int, default=8,
+                    help="samples searched for the first one a layout applies to, in the timing pass")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     names = a.ops.split(",") if a.ops else _sweep.op_names()
@@ -87,9 +173,9 @@ def main() -> None:
         logf.flush()
 
     res = {}
-    for impl in a.impls.split(","):
+    for impl in filter(None, a.impls.split(",")):
         t0 = time.perf_counter()
-        res[impl] = run(names, impl, a.samples, log)
+        res[impl] = run(names, impl, *_swept(impl, a.samples), log)
         log(f"{impl}: done in {time.perf_counter() - t0:.0f} s")
         with open(os.path.join(a.out, f"{impl}.json"), "w") as f:
             json.dump(res[impl], f, indent=1, default=list)
@@ -98,6 +184,17 @@ def main() -> None:
         with open(os.path.join(a.out, "table.md"), "w") as f:
             f.write(md)
         print(md)
+    if a.time:
+        t0 = time.perf_counter()
+        timed = run(names, "timing", *_timed(a.time_samples, a.rounds), log)
+        log(f"timing: done in {time.perf_counter() - t0:.0f} s")
+        summary = timing_summary(timed)
+        with open(os.path.join(a.out, "timing.json"), "w") as f:
+            json.dump({"summary": summary, "ops": timed}, f, indent=1)
+        md = timing_table(timed, summary)
+        with open(os.path.join(a.out, "timing.md"), "w") as f:
+            f.write(md)
+        print(md[:md.index("Every op timed")])
 
 
 if __name__ == "__main__":
