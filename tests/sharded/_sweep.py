@@ -214,9 +214,15 @@ def _time_one(info, mesh, layout: str, max_samples: int, rounds: int, budget: fl
     dt, dt_args = _judged(info, "dtensor", mesh, layout, max_samples)
     _HELD.clear()
     if kit_args is None or dt_args is None:
-        return {"skip": f"forward: kit {kit}, DTensor {dt}", "kit": kit, "dtensor": dt}
-    if _shapes(kit_args) != _shapes(dt_args):
-        return {"skip": f"different samples: kit {_shapes(kit_args)}, DTensor {_shapes(dt_args)}"}
+        skip = f"forward: kit {kit}, DTensor {dt}"
+    elif _shapes(kit_args) != _shapes(dt_args):
+        skip = f"different samples: kit {_shapes(kit_args)}, DTensor {_shapes(dt_args)}"
+    else:
+        skip = None
+    # A verdict can differ between ranks (a Partial operand's local values differ); every
+    # rank must then skip, or one would time while the other moves on to the next op.
+    if not _agree(skip is not None):
+        return {"skip": skip or "forward failed on another rank", "kit": kit, "dtensor": dt}
     fns = {"kit": functools.partial(_call, info.op, kit_args), "DTensor": functools.partial(_call, info.op, dt_args)}
     failed = None
     with warnings.catch_warnings():

@@ -1,0 +1,45 @@
+"""The coverage driver's speed pass (``coverage_table.py --time``, ``_sweep.time_ops``) on a
+few ops: the records and the table are well formed and both ranks timed in lockstep. Speed
+itself is not asserted (no wall-clock asserts; the figures come from a full run of the tool).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kit_helpers.harness import world
+
+from sharded import _sweep, coverage_table
+
+pytestmark = pytest.mark.dist
+
+OPS = ["add", "sum", "nn.functional.linear"]
+
+
+def test_time_ops_records_and_table():
+    r0, r1 = world(2).run(_sweep.time_ops, OPS, coverage_table.LAYOUTS, 8, 3, 0.002, timeout=300)
+    assert sorted(r0) == sorted(OPS) == sorted(r1)
+    for op in OPS:
+        for layout in coverage_table.LAYOUTS:
+            rec = r0[op][layout]
+            if "skip" in rec:
+                assert isinstance(rec["skip"], str) and "skip" in r1[op][layout], (op, layout, rec)
+                continue
+            assert rec["ratio"] > 0 and rec["kit_us"] > 0 and rec["dtensor_us"] > 0, (op, layout, rec)
+            assert rec["gathered"] == [], (op, layout, rec)  # these ops have sharding rules
+            # The ranks ran the same number of calls, so their collectives paired up.
+            assert rec["number"] >= 1 and r1[op][layout]["number"] == rec["number"], (op, layout)
+    # linear passes forward on every layout on both implementations.
+    assert all("ratio" in r0["nn.functional.linear"][la] for la in coverage_table.LAYOUTS)
+
+    summary = coverage_table.timing_summary(r0, slowest=2)
+    timed = {la: sum("ratio" in r0[op][la] for op in OPS) for la in coverage_table.LAYOUTS}
+    assert {la: v["ops"] for la, v in summary["layouts"].items() if la != "all"} == timed
+    for v in summary["layouts"].values():
+        assert v["p25"] <= v["median"] <= v["p75"]
+    worst = max((r["ratio"], op) for op, rec in r0.items() for r in rec.values() if "ratio" in r)
+    assert len(summary["slowest"]) == 2 and (summary["slowest"][0]["ratio"], summary["slowest"][0]["op"]) == worst
+    md = coverage_table.timing_table(r0, summary)
+    assert "| all |" in md and f"| {worst[1]} |" in md
+    every = md.split("Every op timed")[1]
+    assert all(f"\n| {op} |" in every for op in OPS if any("ratio" in r for r in r0[op].values()))
