@@ -208,6 +208,8 @@ def _time_one(info, mesh, layout: str, max_samples: int, rounds: int, budget: fl
     from subclass_kit.bench import interleaved
     from subclass_kit.sharded._ops.generic import gathered_ops
 
+    from sharded._tp_upstream_tasks import Comms
+
     gathered_ops().clear()
     kit, kit_args = _judged(info, "kit", mesh, layout, max_samples)
     gathered = sorted(str(f) for f in gathered_ops())
@@ -224,14 +226,18 @@ def _time_one(info, mesh, layout: str, max_samples: int, rounds: int, budget: fl
     if not _agree(skip is not None):
         return {"skip": skip or "forward failed on another rank", "kit": kit, "dtensor": dt}
     fns = {"kit": functools.partial(_call, info.op, kit_args), "DTensor": functools.partial(_call, info.op, dt_args)}
-    failed = None
+    failed, comms = None, {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             # Warm-up: the first calls fill both implementations' caches (sharding
-            # propagation, the kit's per-signature plans); the last one estimates the cost.
-            for fn in fns.values():
-                fn()
+            # propagation, the kit's per-signature plans) and count the collectives each
+            # issues (a ratio compares like with like only where they match); the last
+            # calls estimate the cost.
+            for impl, fn in fns.items():
+                with Comms() as c:
+                    fn()
+                comms[impl] = dict(sorted(c.counts.items()))
             t0 = time.perf_counter()
             for fn in fns.values():
                 fn()
@@ -243,13 +249,14 @@ def _time_one(info, mesh, layout: str, max_samples: int, rounds: int, budget: fl
         # One call count for every rank (the slowest rank's estimate), so collectives pair up.
         est = torch.tensor([pair])
         dist.all_reduce(est, op=dist.ReduceOp.MAX)
-        number = max(1, min(200, round(budget / max(est.item(), 1e-9))))
+        number = max(1, min(2000, round(budget / max(est.item(), 1e-9))))
         merged, ratio = interleaved(fns, rounds=rounds, reference="DTensor", number=number)
     return {"ratio": round(ratio["kit"], 4), "kit_us": round(merged["kit"].median * 1e6, 2),
-            "dtensor_us": round(merged["DTensor"].median * 1e6, 2), "number": number, "gathered": gathered}
+            "dtensor_us": round(merged["DTensor"].median * 1e6, 2), "number": number, "gathered": gathered,
+            "kit_comms": comms["kit"], "dtensor_comms": comms["DTensor"]}
 
 
-def time_ops(names, layouts=("R", "S", "P"), max_samples: int = 2, rounds: int = 9, budget: float = 0.01) -> dict:
+def time_ops(names, layouts=("R", "S", "P"), max_samples: int = 2, rounds: int = 9, budget: float = 0.04) -> dict:
     """Rank task: the kit's eager forward time over DTensor's, per op and layout, on the ops
     both implementations pass forward.
 
@@ -262,7 +269,8 @@ def time_ops(names, layouts=("R", "S", "P"), max_samples: int = 2, rounds: int =
 
     Returns ``{op key: {layout: {"ratio": median over rounds of kit / DTensor, "kit_us",
     "dtensor_us": median microseconds per call, "number": calls per timing, "gathered": the
-    aten overloads the kit sent through its gathering fallback}}}``, or ``{layout: {"skip":
+    aten overloads the kit sent through its gathering fallback, "kit_comms",
+    "dtensor_comms": the collectives one call issued, by name}}}``, or ``{layout: {"skip":
     why}}`` where the pair was not timed.
     """
     from torch.distributed.device_mesh import init_device_mesh

@@ -32,6 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from subclass_kit import WrapperTensor
@@ -58,9 +59,10 @@ close = torch.testing.assert_close
 class Comms(TorchDispatchMode):
     """Counts the functional collectives issued while active, by name (``all_reduce``,
     ``all_gather_into_tensor``, ``reduce_scatter_tensor``, ...), as torch's CommDebugMode:
-    an op on a ShardedTensor is let through (NotImplemented) so that the collectives the
-    subclass issues for it are seen. ``largest`` keeps, per name, the most elements one
-    call carried (the size of what a rule communicates)."""
+    an op on a ShardedTensor (or on torch's DTensor, for a side-by-side count) is let through
+    (NotImplemented) so that the collectives the subclass issues for it are seen. ``largest``
+    keeps, per name, the most elements one call carried (the size of what a rule
+    communicates)."""
 
     def __init__(self):
         super().__init__()
@@ -68,12 +70,12 @@ class Comms(TorchDispatchMode):
         self.largest: Counter = Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if any(issubclass(t, WrapperTensor) for t in types):
+        if any(issubclass(t, (WrapperTensor, DTensor)) for t in types):
             return NotImplemented
         ns = func.namespace
         if ns in ("_c10d_functional", "c10d_functional", "c10d"):
             name = func._overloadpacket.__name__
-            if name not in ("wait_tensor",):
+            if name not in ("wait_tensor", "_wrap_tensor_autograd"):
                 name = name.rstrip("_")
                 self.counts[name] += 1
                 size = args[0].numel() if isinstance(args[0], torch.Tensor) else 0  # c10d's list forms

@@ -17,7 +17,8 @@ implementations pass forward on the same sample, the kit's eager forward time ov
 its first ``--time-samples`` that the layout applies to, so that Shard reaches the ops whose
 first samples have no even dim), written as ``timing.json`` and
 ``timing.md``: per layout the number of ops timed and the median, p25 and p75 of their
-ratios, the 20 ops slowest relative to DTensor, and every op's ratios. ``--impls ''`` skips
+ratios (over all, and over the ops where both issued the same collectives), the 20 ops
+slowest relative to DTensor (in either set), and every op's ratios. ``--impls ''`` skips
 the coverage sweeps (time only). The timing pass takes about as long as the kit's sweep.
 """
 
@@ -111,40 +112,67 @@ def _quartiles(xs: list) -> dict:
     return {"median": round(median, 3), "p25": round(p25, 3), "p75": round(p75, 3)}
 
 
-def timing_summary(timed: dict, slowest: int = 20) -> dict:
-    """Per layout (and over all): ops timed, median, p25 and p75 of the kit / DTensor ratios;
-    the ``slowest`` ops by their worst layout's ratio."""
-    per: dict = {}
-    for layout in LAYOUTS:
-        xs = sorted(rec[layout]["ratio"] for rec in timed.values() if "ratio" in rec.get(layout, {}))
-        per[layout] = {"ops": len(xs), **_quartiles(xs)}
-    every = sorted(r["ratio"] for rec in timed.values() for r in rec.values() if "ratio" in r)
-    per["all"] = {"ops": len(every), **_quartiles(every)}
+def _same_comms(r: dict) -> bool:
+    return r.get("kit_comms") == r.get("dtensor_comms")
+
+
+def _slowest(timed: dict, n: int, keep) -> list:
     worst = []
     for op, rec in timed.items():
-        got = [(r["ratio"], layout) for layout, r in rec.items() if "ratio" in r]
+        got = [(r["ratio"], layout) for layout, r in rec.items() if "ratio" in r and keep(r)]
         if got:
-            worst.append((max(got)[0], max(got)[1], op))
+            worst.append((*max(got), op))
     worst.sort(reverse=True)
-    return {"layouts": per, "slowest": [{"op": op, "layout": layout, "ratio": ratio}
-                                        for ratio, layout, op in worst[:slowest]]}
+    return [{"op": op, "layout": layout, "ratio": ratio} for ratio, layout, op in worst[:n]]
+
+
+def timing_summary(timed: dict, slowest: int = 20) -> dict:
+    """Per layout (and over all): ops timed, median, p25 and p75 of the kit / DTensor ratios,
+    over every timed op and over those where both issued the same collectives (like for
+    like); the ``slowest`` ops by their worst layout's ratio, in either set."""
+
+    def stats(keep) -> dict:
+        per: dict = {}
+        for layout in (*LAYOUTS, "all"):
+            xs = sorted(r["ratio"] for rec in timed.values() for la, r in rec.items()
+                        if "ratio" in r and keep(r) and layout in (la, "all"))
+            per[layout] = {"ops": len(xs), **_quartiles(xs)}
+        return per
+
+    return {"layouts": stats(lambda r: True), "same_comms": stats(_same_comms),
+            "slowest": _slowest(timed, slowest, lambda r: True),
+            "slowest_same_comms": _slowest(timed, slowest, _same_comms)}
+
+
+def _comms(counts: dict) -> str:
+    return " ".join(f"{k}x{v}" if v > 1 else k for k, v in counts.items()) or "none"
 
 
 def timing_table(timed: dict, summary: dict) -> str:
     def cell(r):
-        return f"{r['ratio']:.2f}" + (" (g)" if r.get("gathered") else "") if "ratio" in r else "-"
+        if "ratio" not in r:
+            return "-"
+        return f"{r['ratio']:.2f}" + (" (g)" if r.get("gathered") else "") + ("" if _same_comms(r) else " (c)")
 
     lines = ["Kit eager forward time over DTensor's, per op (median of interleaved rounds), where both pass",
-             "forward on the same sample; (g): the kit took its gathering fallback.", "",
-             "| layout | ops timed | median | p25 | p75 |", "|---|---|---|---|---|"]
+             "forward on the same sample. (g): the kit took its gathering fallback; (c): the two issued",
+             "different collectives (one communicates where the other does not, or another collective),",
+             "so the ratio compares different work.", "",
+             "| layout | ops timed | median | p25 | p75 | same collectives: ops | median | p25 | p75 |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for layout, v in summary["layouts"].items():
-        lines.append(f"| {layout} | {v['ops']} | {v['median']} | {v['p25']} | {v['p75']} |")
-    lines += ["", f"Slowest {len(summary['slowest'])} ops relative to DTensor (by their worst layout):", "",
-              "| op | " + " | ".join(LAYOUTS) + " | kit us | DTensor us (worst layout) |", "|---|" + "---|" * (len(LAYOUTS) + 2)]
-    for s in summary["slowest"]:
-        rec, w = timed[s["op"]], timed[s["op"]][s["layout"]]
-        lines.append(f"| {s['op']} | " + " | ".join(cell(rec.get(la, {})) for la in LAYOUTS)
-                     + f" | {w['kit_us']} | {w['dtensor_us']} |")
+        w = summary["same_comms"][layout]
+        lines.append(f"| {layout} | {v['ops']} | {v['median']} | {v['p25']} | {v['p75']} "
+                     f"| {w['ops']} | {w['median']} | {w['p25']} | {w['p75']} |")
+    for key, title in (("slowest", "ops"), ("slowest_same_comms", "ops among those with the same collectives")):
+        lines += ["", f"Slowest {len(summary[key])} {title}, relative to DTensor (by their worst layout):", "",
+                  "| op | " + " | ".join(LAYOUTS) + " | worst: kit us | DTensor us | kit collectives "
+                  "| DTensor collectives |", "|---|" + "---|" * (len(LAYOUTS) + 4)]
+        for s in summary[key]:
+            rec, w = timed[s["op"]], timed[s["op"]][s["layout"]]
+            lines.append(f"| {s['op']} | " + " | ".join(cell(rec.get(la, {})) for la in LAYOUTS)
+                         + f" | {w['kit_us']} | {w['dtensor_us']} | {_comms(w['kit_comms'])} "
+                         f"| {_comms(w['dtensor_comms'])} |")
     lines += ["", "Every op timed:", "", "| op | " + " | ".join(LAYOUTS) + " |", "|---|" + "---|" * len(LAYOUTS)]
     for op, rec in timed.items():
         if any("ratio" in r for r in rec.values()):

@@ -27,16 +27,22 @@ def test_time_ops_records_and_table():
                 continue
             assert rec["ratio"] > 0 and rec["kit_us"] > 0 and rec["dtensor_us"] > 0, (op, layout, rec)
             assert rec["gathered"] == [], (op, layout, rec)  # these ops have sharding rules
+            assert all(n >= 1 for n in [*rec["kit_comms"].values(), *rec["dtensor_comms"].values()])
             # The ranks ran the same number of calls, so their collectives paired up.
             assert rec["number"] >= 1 and r1[op][layout]["number"] == rec["number"], (op, layout)
-    # linear passes forward on every layout on both implementations.
-    assert all("ratio" in r0["nn.functional.linear"][la] for la in coverage_table.LAYOUTS)
+    # linear passes forward on every layout on both implementations; replicated, neither
+    # communicates.
+    linear = r0["nn.functional.linear"]
+    assert all("ratio" in linear[la] for la in coverage_table.LAYOUTS)
+    assert linear["R"]["kit_comms"] == linear["R"]["dtensor_comms"] == {}
 
     summary = coverage_table.timing_summary(r0, slowest=2)
     timed = {la: sum("ratio" in r0[op][la] for op in OPS) for la in coverage_table.LAYOUTS}
     assert {la: v["ops"] for la, v in summary["layouts"].items() if la != "all"} == timed
-    for v in summary["layouts"].values():
-        assert v["p25"] <= v["median"] <= v["p75"]
+    for v in [*summary["layouts"].values(), *summary["same_comms"].values()]:
+        assert v["ops"] == 0 or v["p25"] <= v["median"] <= v["p75"]
+    same = sum(r["kit_comms"] == r["dtensor_comms"] for rec in r0.values() for r in rec.values() if "ratio" in r)
+    assert summary["same_comms"]["all"]["ops"] == same <= summary["layouts"]["all"]["ops"]
     worst = max((r["ratio"], op) for op, rec in r0.items() for r in rec.values() if "ratio" in r)
     assert len(summary["slowest"]) == 2 and (summary["slowest"][0]["ratio"], summary["slowest"][0]["op"]) == worst
     md = coverage_table.timing_table(r0, summary)
