@@ -457,7 +457,9 @@ def nested() -> dict:
     out = {}
     for name, make in (("distribute", lambda: distribute(torch.ones(8, 4), mesh(), [S0, S0])),
                        ("from_local", lambda: ShardedTensor.from_local(torch.ones(2, 4), mesh(), [S0, S0])),
-                       ("redistribute", lambda: distribute(torch.ones(8, 4), mesh(), [S0, R]).redistribute(mesh(), [S0, S0]))):
+                       ("redistribute", lambda: distribute(torch.ones(8, 4), mesh(), [S0, R]).redistribute(mesh(), [S0, S0])),
+                       ("distribute with torch's placements", lambda: distribute(torch.ones(8, 4), mesh(), [
+                           torch.distributed.tensor.Shard(0), torch.distributed.tensor.Shard(0)]))):
         try:
             make()
             out[name] = None
@@ -587,3 +589,32 @@ def errors_on_every_rank() -> dict:
             close(place(D, pl).full_tensor(), D)  # in step: every rank reaches this collective
             out[f"{name} {_pl(place(D, pl))}"] = "raised" if got is not None else "passed"
     return out
+
+
+# ---- redistribution between every pair of 2-D layouts ---------------------------------------
+def _layouts_2d() -> list:
+    one = (R, S0, S2, P)  # dim 0 (5) and dim 2 (3): uneven over 2, a first and a last dim
+    return [(a, b) for a in one for b in one if not (a.is_shard() and a == b)]
+
+
+def redistribute_all() -> dict:
+    """Every 2-D layout of a (5, 6, 3) tensor (uneven over both mesh dims; 14 layouts) redistributed to
+    every other: the placements asked for, the dense value, and a gradient back through it
+    equal to the incoming one. Returns the pairs done and any that failed (none expected)."""
+    m = mesh()
+    D = torch.randn(5, 6, 3, generator=_g(95), dtype=torch.float64)
+    G = torch.randn(5, 6, 3, generator=_g(96), dtype=torch.float64)
+    bad = []
+    n = 0
+    for src in _layouts_2d():
+        for dst in _layouts_2d():
+            x = place(D, src).requires_grad_(True)
+            y = x.redistribute(m, list(dst))
+            n += 1
+            if tuple(y.placements) != dst or not torch.allclose(y.full_tensor(), D):
+                bad.append(f"{src} -> {dst}")
+                continue
+            y.backward(_like(G, y))
+            if not torch.allclose(x.grad.full_tensor(), G):
+                bad.append(f"grad of {src} -> {dst}")
+    return {"pairs": n, "bad": bad}

@@ -240,6 +240,13 @@ def test_one_tensor_dim_on_two_mesh_dims_is_refused_naming_the_layout():
         assert "(Shard(0), Shard(0))" in msg and "flatten those mesh dims" in msg, (how, msg)
 
 
+def test_every_2d_layout_redistributes_to_every_other_with_its_gradient():
+    # Two mesh dims change at once (gathers last mesh dim first, then local chunks; a Partial
+    # bound for a shard reduce-scatters), uneven chunks on both: the foundation of the rules.
+    for r in world(4).run(T.redistribute_all, timeout=TIMEOUT):
+        assert r == {"pairs": 14 * 14, "bad": []}, r
+
+
 def test_a_failing_matrix_on_one_rank_of_four_raises_on_every_rank():
     results = world(4).run(T.errors_on_every_rank, timeout=TIMEOUT)
     for r in results:
