@@ -287,27 +287,29 @@ def scaled_mm() -> dict:
 
 
 def compiled(backend: str) -> dict:
-    """A batch-sharded margin loss plus a row-sharded cdist, compiled (fullgraph): one graph,
+    """A batch-sharded margin loss, a row-sharded cdist, a batch-sharded bilinear and an
+    embedding_bag of a column-sharded table, compiled (fullgraph) into one function: one graph,
     value and gradients equal dense on two sets of values, no fallback."""
     mesh = _mesh()
 
-    def step(x, y):
-        return F.multi_margin_loss(x, _CLASSES) + torch.cdist(x, y).mean()
+    def step(x, y, wb, table):
+        return (F.multi_margin_loss(x, _CLASSES) + torch.cdist(x, y).mean() + F.bilinear(x, x, wb).tanh().sum()
+                + F.embedding_bag(_BAG_IDX, table, _BAG_OFF, mode="mean").pow(2).sum())
 
     cnt = CompileCounterWithBackend(backend)
     run = torch.compile(step, backend=cnt, fullgraph=True)
     gathered_ops().clear()
     for seed in (40, 41):
         g = torch.Generator().manual_seed(seed)
-        X, Y = torch.randn(5, 4, generator=g, dtype=F64), torch.randn(3, 4, generator=g, dtype=F64)
-        dx, dy = X.clone().requires_grad_(True), Y.clone().requires_grad_(True)
-        ref = step(dx, dy)
+        dense = [_randn(5, 4)(g), _randn(3, 4)(g), _randn(2, 4, 4)(g), _randn(10, 5)(g)]
+        ds = [t.clone().requires_grad_(True) for t in dense]
+        ref = step(*ds)
         ref.backward()
-        x = distribute(X, mesh, [S0]).requires_grad_(True)
-        y = distribute(Y, mesh, [R]).requires_grad_(True)
-        loss = run(x, y)
+        xs = [distribute(t, mesh, [p]).requires_grad_(True) for t, p in zip(dense, (S0, R, R, S1))]
+        loss = run(*xs)
         close(loss.full_tensor(), ref.detach(), msg=f"compiled, seed {seed}")
         loss.backward()
-        close(x.grad.full_tensor(), dx.grad, msg=f"compiled grad x, seed {seed}")
-        close(y.grad.full_tensor(), dy.grad, msg=f"compiled grad y, seed {seed}")
-    return {"frames": cnt.frame_count, "gathered": sorted(map(str, gathered_ops()))}
+        for i, (x, d) in enumerate(zip(xs, ds)):
+            close(x.grad.full_tensor(), d.grad, msg=f"compiled grad of input {i}, seed {seed}")
+    return {"frames": cnt.frame_count, "gathered": sorted(map(str, gathered_ops())),
+            "table grad": repr(tuple(xs[3].grad.placements))}

@@ -46,4 +46,10 @@ def test_scaled_mm_keeps_rows_and_columns():
 
 def test_shared_dims_compiled_aot_eager():
     results = world(2).run(_shared_dims_tasks.compiled, "aot_eager", timeout=TIMEOUT)
-    assert results[0] == {"frames": 1, "gathered": []}
+    assert results[0] == {"frames": 1, "gathered": [], "table grad": "(Shard(1),)"}
+
+
+@pytest.mark.slow
+def test_shared_dims_compiled_inductor():
+    results = world(2).run(_shared_dims_tasks.compiled, "inductor", timeout=TIMEOUT * 2)
+    assert results[0] == {"frames": 1, "gathered": [], "table grad": "(Shard(1),)"}
