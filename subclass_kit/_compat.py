@@ -538,6 +538,13 @@ def is_symbolic(x) -> bool:
     return isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool))
 
 
+def known_equal(a, b) -> bool:
+    """True when ``a == b`` holds for every value of their symbols (no guard is added)."""
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+
+    return statically_known_true(a == b)
+
+
 
 def register_compile_constants(members: dict) -> None:
     """Let dynamo treat instances of each class as compile-time constants guarded by value

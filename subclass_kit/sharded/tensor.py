@@ -226,13 +226,17 @@ class ShardedTensor(WrapperTensor):
     # AsStridedBackward records those numbers), which then name the right global elements.
     # A dynamo input guard compares it too (an input view at another offset recompiles, as
     # its traced views' offsets would differ). The instance's own ctx never holds it: the op
-    # caches key on that ctx.
+    # caches key on that ctx. A traced output's symbolic offset is carried as "local" when it
+    # is its local's for every size (a view of a replicated tensor, or along unsharded dims
+    # of a first-dim shard: dynamic shapes stay dynamic), else specialized (guarded), not lost.
     def __tensor_flatten__(self):
         off = self.storage_offset()
-        if off == 0:  # (dynamo's guard on every input calls this on every call)
-            return _base_flatten(self)
         if type(off) is not int:
-            off = int(off)  # a traced output's symbolic offset: specialized (guarded), not lost
+            if _compat.known_equal(off, 0):
+                return _base_flatten(self)
+            off = _LOCAL if _compat.known_equal(off, self.local.storage_offset()) else int(off)
+        elif off == 0:  # (dynamo's guard on every input calls this on every call)
+            return _base_flatten(self)
         names, ctx = _base_flatten(self)
         fields = (*ctx.fields, (_OFFSET, off))
         return names, SubclassCtx.make(ctx.owner, *zip(*fields), ctx.dtype, ctx.present)
@@ -243,6 +247,8 @@ class ShardedTensor(WrapperTensor):
         fields = ctx.fields
         if fields and fields[-1][0] == _OFFSET:
             off = fields[-1][1]
+            if off == _LOCAL:
+                off = inner_tensors["local"].storage_offset()
             names, values = zip(*fields[:-1]) if len(fields) > 1 else ((), ())
             ctx = SubclassCtx.make(ctx.owner, names, values, ctx.dtype, ctx.present)
         out = super().__tensor_unflatten__(inner_tensors, ctx, outer_size, outer_stride)
@@ -360,6 +366,8 @@ _make = ShardedTensor.make
 _base_flatten = WrapperTensor.__tensor_flatten__
 #: The flattened ctx's extra field: the outer storage offset (see ShardedTensor.__tensor_flatten__).
 _OFFSET = "storage_offset"
+#: Its value for "the local's offset" (a symbolic offset that is the local's for every size).
+_LOCAL = "local"
 
 
 def relayout(x: ShardedTensor, placements: tuple, shape=None, stride=None) -> ShardedTensor:

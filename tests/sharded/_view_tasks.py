@@ -107,3 +107,21 @@ def input_views(backend: str) -> dict:
     res["no_grad S2"] = cnt.frame_count
     assert isinstance(y, ShardedTensor)
     return res
+
+
+def dynamic_views(backend: str) -> dict:
+    """``dynamic=True``, three sizes of the last dim: a returned view's value against dense,
+    and the frame count per (view, placement)."""
+    mesh = _mesh()
+    views = {"cols S0": (lambda t: t[:, 1:3], S0), "last S1": (lambda t: t[:, :, -1], S1),
+             "rows S1": (lambda t: t[1:3], S1)}
+    res = {}
+    for key, (f, p) in views.items():
+        torch._dynamo.reset()
+        cnt = CompileCounterWithBackend(backend)
+        fc = torch.compile(f, backend=cnt, dynamic=True)
+        for n in (8, 10, 12):
+            X = torch.randn(4, 6, n, generator=torch.Generator().manual_seed(n))
+            close(fc(_place(X, mesh, p)).full_tensor(), f(X), rtol=0, atol=0, msg=lambda m: f"dynamic {key} {n}: {m}")
+        res[key] = cnt.frame_count
+    return res

@@ -54,6 +54,15 @@ def test_a_view_of_an_input_view_matches_dense_and_recompiles_per_input_offset()
 
 
 @pytest.mark.dist
+def test_dynamic_output_views_stay_dynamic_where_the_offset_is_the_locals():
+    r = world(2).run(_view_tasks.dynamic_views, "aot_eager", timeout=TIMEOUT)[0]
+    # The offset of x[:, 1:3] of a Shard(0) tensor is its local's for every size: carried as
+    # "local", one graph. x[1:3] of a Shard(1) tensor sits at 6 * n globally and 3 * n in its
+    # local: the flattened ctx holds the number, so each size compiles (right values).
+    assert r == {"cols S0": 1, "last S1": 1, "rows S1": 3}
+
+
+@pytest.mark.dist
 @pytest.mark.slow
 def test_output_views_inductor():
     only = ("rows S1", "rows, strided cols, select S2", "diagonal S1")
