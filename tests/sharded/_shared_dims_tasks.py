@@ -104,6 +104,10 @@ CASES = {
         lambda g: [torch.randn(5, 4, generator=g, dtype=F64), torch.randn(6, 4, generator=g, dtype=F64)],
         lambda a, b: torch.cdist(a, b, p=1.0),
         {"x1 rows S0,R": [S0, R], "x2 rows R,S0": [R, S0]}),
+    "cdist by matrix products": (  # p=2 past 25 rows: torch's _euclidean_dist, decomposed
+        lambda g: [_randn(30, 4)(g), _randn(27, 4)(g)],
+        lambda a, b: torch.cdist(a, b),
+        {"x1 rows S0,R": [S0, R], "x2 rows R,S0": [R, S0]}),
     "bilinear": (
         lambda g: [_randn(5, 3)(g), _randn(5, 4)(g), _randn(6, 3, 4)(g), _randn(6)(g)],
         lambda a, b, w, bias: F.bilinear(a, b, w, bias),
@@ -187,6 +191,8 @@ PLACEMENTS = {
     ("cdist", "x2 rows R,S1"): "(Shard(2),)",
     ("cdist p=1", "x1 rows S0,R"): "(Shard(0),)",
     ("cdist p=1", "x2 rows R,S0"): "(Shard(1),)",
+    ("cdist by matrix products", "x1 rows S0,R"): "(Shard(0),)",
+    ("cdist by matrix products", "x2 rows R,S0"): "(Shard(1),)",
     ("bilinear", "batch S0,S0,R,R"): "(Shard(0),)",
     ("bilinear", "out features R,R,S0,S0"): "(Shard(1),)",
     ("bilinear", "P,R,R,R"): "(Partial('sum'),)",  # linear in each input: passes through

@@ -45,6 +45,8 @@ _DECOMPOSED = (
     # gated activations, losses and softmax variants made of rules
     aten.glu.default, aten.glu_backward.default, aten.binary_cross_entropy_with_logits.default,
     aten._safe_softmax.default, aten.dist.default, aten.renorm.default,
+    # cdist's matrix-product form (p=2 past 25 rows): norms, a cat and one matmul
+    aten._euclidean_dist.default,
     # vectors and complex numbers by parts
     aten.linalg_cross.default, aten.polar.default, aten.complex.default,
     # the *_copy forms of views (the view's rule, then a clone), splits and diagonals

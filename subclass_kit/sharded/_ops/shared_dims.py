@@ -1,5 +1,7 @@
-"""Ops whose operands share dims, as the subscripts of an einsum: a per-sample loss's batch,
-the rows of ``cdist``'s two point sets, the features of ``bilinear``'s ``_trilinear``.
+"""Ops whose operands share dims, as the subscripts of an einsum: a per-sample loss's batch
+(the margin losses, ``ctc_loss``), the rows of ``cdist``'s two point sets, the features of
+``bilinear``'s ``_trilinear``, a float8 ``_scaled_mm``'s rows and columns, the columns of an
+``embedding_bag`` table.
 
 Each op is one entry of ``_RULES``: a function of the arguments giving its shared dims, each
 a :class:`Along` -- where the dim sits in each operand that carries it, and in each result:
@@ -132,10 +134,7 @@ def _cdist(grad: bool):
     the batch, x1's rows; x2's rows are summed over."""
 
     def split(args, kwargs):
-        if grad:
-            g, x1, x2, dist = args[0], args[1], args[2], args[4]
-        else:
-            x1, x2 = args[0], args[1]
+        x1, x2 = (args[1], args[2]) if grad else (args[0], args[1])
         nd = x1.dim()
         if x2.dim() != nd or tuple(x1.shape[:-2]) != tuple(x2.shape[:-2]):
             return ()  # a broadcast batch
