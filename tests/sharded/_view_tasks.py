@@ -30,6 +30,9 @@ VIEWS = {
     "transpose, slice": (lambda t: t.transpose(0, 2)[3:7], (S2, S1)),
     "unfold": (lambda t: t[1:].unfold(2, 3, 2), (S2, S1)),
     "rows, flattened": (lambda t: t[1:3].view(2, 48), (S1, S2)),
+    # views of an intermediate: AOTAutograd returns the base and regenerates the view
+    "rows of an intermediate": (lambda t: (t * 2)[1:3, :, 2:7:2], (S1, S2)),
+    "one of unbind": (lambda t: (t * 2).unbind(0)[1], (S1, S0)),
 }
 _LABEL = {S0: "S0", S1: "S1", S2: "S2", R: "R", P: "P"}
 
