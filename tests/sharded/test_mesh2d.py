@@ -264,3 +264,13 @@ def test_one_aot_eager_compile_per_family():
         assert r["batch_norm"]["out"] == "(Shard(0), Shard(2))"
         assert r["random"]["out"] == "(Shard(0), Shard(1))"
         assert r["shared_dims"]["out"] == "(Shard(0), Replicate())"
+
+
+@pytest.mark.slow
+def test_inductor_on_2d_layouts_matches_dense():
+    # Pooling/interpolation/fft, a batch x out-channel convolution and batch norm on a batch
+    # and a spatial shard, through inductor's kernels: values and gradients equal dense.
+    names = ("independent", "conv", "batch_norm")
+    for r in world(4).run(T.compiled, "inductor", names, timeout=TIMEOUT * 2):
+        assert {n: got["frames"] for n, got in r.items()} == dict.fromkeys(names, 1), r
+        assert all(got["gathered"] == [] for got in r.values()), r
