@@ -322,3 +322,53 @@ def test_a_plan_hit_finds_the_entry_the_general_key_names(numbers_by_type):
         assert plan(op, args, {}) is first  # the second call is a hit
         assert _common._PLANS.pop(_common._key(op, args, {}, numbers_by_type)) is first
     assert len(built) == len(cases)
+
+
+@pytest.mark.parametrize("pl", [Shard(0), Replicate()], ids=repr)
+def test_var_and_std_over_an_unsharded_dim_are_one_plan_hit_on_the_local(pl):
+    from subclass_kit import _compat
+    from subclass_kit.sharded._ops import _common
+
+    aten = torch.ops.aten
+    d = torch.randn(6, 5, generator=torch.Generator().manual_seed(31))
+    x = distribute(d, LOCAL, [pl])
+    for fn, func, binding in ((torch.var, aten.var.correction, torch._C._VariableFunctions.var),
+                              (torch.std, aten.std.correction, torch._C._VariableFunctions.std)):
+        for correction in (0, 1):
+            for _ in range(2):  # the plan's miss and its hit
+                out = fn(x, 1, correction=correction)
+                assert type(out) is ShardedTensor and out.placements == x.placements
+                torch.testing.assert_close(out.full_tensor(), fn(d, 1, correction=correction))
+            # One plan for the call (the two-sum form's test and the along-dims rule together)
+            # holds the fast path, whose op is the Python binding (checked to mean `func`).
+            along, dims = _common._PLANS[_common._key(func, (x, [1]), {"correction": correction}, False)]
+            assert dims == [1] and along[-1] is not None
+            assert _compat.fast_op_for(func, (x.local, [1]), {"correction": correction}) is binding
+
+
+def test_a_batch_sharded_mean_loss_over_one_rank_is_the_local_mean():
+    # All the rows on one rank: the local mean is the mean (no all-reduce of the total weight,
+    # no division); over two ranks the plan takes the exact sharded mean.
+    import torch.nn.functional as F
+
+    from subclass_kit.sharded._ops import nll
+
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(32)
+    D, Y = torch.randn(8, 5, generator=g), torch.randint(0, 5, (8,), generator=g)
+    w = torch.rand(5, generator=g) + 0.5
+    for kwargs in ({}, {"weight": w}, {"ignore_index": int(Y[0])}, {"weight": w, "ignore_index": int(Y[1])}):
+        d = D.clone().requires_grad_(True)
+        ref = F.cross_entropy(d, Y, **kwargs)
+        ref.backward()
+        x = distribute(D, LOCAL, [Shard(0)]).requires_grad_(True)
+        out = F.cross_entropy(x, distribute(Y, LOCAL, [Shard(0)]), **kwargs)
+        torch.testing.assert_close(out.full_tensor(), ref.detach())
+        out.backward()
+        torch.testing.assert_close(x.grad.full_tensor(), d.grad)
+    for mesh, sharded in ((LOCAL, False), (fake_mesh(2), True)):
+        rows = 8 // len(mesh.ranks)
+        logp = ShardedTensor.from_local(torch.randn(rows, 5), mesh, [Shard(0)], shape=(8, 5))
+        t = ShardedTensor.from_local(torch.zeros(rows, dtype=torch.long), mesh, [Shard(0)], shape=(8,))
+        plan = nll._plan(aten.nll_loss_forward.default, (logp, t, None, 1, -100), {})
+        assert plan[5] is sharded and plan[6] is not None  # the sharded flag, the fast path

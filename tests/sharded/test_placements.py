@@ -161,6 +161,37 @@ def test_a_mesh_dim_of_size_one_changes_placement_without_work():
         assert redistribute_local(local, mesh, (0, 0), (src, Replicate()), (dst, Replicate()), (2, 3)) is local
 
 
+def test_fast_op_for_takes_the_binding_only_where_it_dispatches_the_overload_itself():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from subclass_kit import _compat
+
+    aten, V = torch.ops.aten, torch._C._VariableFunctions
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(5))
+    # Ops with several functional overloads: the binding's parser picks this one for these
+    # argument types (var with correction=, add with a tensor or a number, mm, sum over dims).
+    for func, args, kwargs, binding in (
+        (aten.var.correction, (x, [1]), {"correction": 1}, V.var),
+        (aten.std.correction, (x, [0]), {"correction": 0, "keepdim": True}, V.std),
+        (aten.add.Tensor, (x, x), {}, V.add),
+        (aten.add.Tensor, (x, 2), {}, V.add),
+        (aten.mm.default, (x, x.t()), {}, V.mm),
+        (aten.sum.dim_IntList, (x, [1]), {}, V.sum),
+    ):
+        op = _compat.fast_op_for(func, args, kwargs)
+        assert op is binding, func
+        torch.testing.assert_close(op(*args, **kwargs), func(*args, **kwargs))
+    raw = aten.var.dim._op
+    # var.dim's binding call dispatches var.correction (var.dim decomposes): not the same op.
+    assert _compat.fast_op_for(aten.var.dim, (x, [1], True, False), {}) is raw
+    # Several results: the binding returns a named tuple where the op returns a tuple.
+    assert _compat.fast_op_for(aten.max.dim, (x, 1), {}) is aten.max.dim._op
+    # While tracing the trace sees the op either way: never asked there.
+    with FakeTensorMode():
+        f = torch.empty(4, 8)
+        assert _compat.fast_op_for(aten.add.Tensor, (f, f), {}) is aten.add.Tensor._op
+
+
 def test_fast_op_calls_the_python_binding_only_where_it_can_only_mean_the_overload():
     from subclass_kit import _compat
 

@@ -341,13 +341,16 @@ def wrap_out(local, meta: TensorMeta, mesh, placements, coord) -> ShardedTensor:
     return wrap(local, mesh, placements, coord, meta.shape, meta.stride, meta.dtype, meta.offset)
 
 
-def fast_plan(func, meta, mesh, placements, coord):
+def fast_plan(func, meta, mesh, placements, coord, args=None, kwargs=None):
     """``(op, make)`` for a plan's fast path, or None (several results, symbolic sizes).
 
-    The fast path of a handler is then ``make(op(*locals))``: ``op`` is ``func``'s C++
+    The fast path of a handler is then ``make(op(*locals))``: ``op`` is ``func``'s cheapest
     callable, ``make`` builds the result from its local with the ctx, size, stride, offset
     and signature computed once per cached plan (bound to ``ShardedTensor.make``), so a hit
-    costs the key's dict lookup, the op and one wrapper construction.
+    costs the key's dict lookup, the op and one wrapper construction. ``args``/``kwargs``:
+    the call the plan is for, when the fast path calls ``op`` with arguments of the same
+    types (its locals for its ShardedTensors): ``op`` may then be the Python binding that
+    parses them in C++ (see ``_compat.fast_op_for``).
     """
     if type(meta) is TensorMeta:
         o = out_spec(mesh, placements, coord, meta.shape, meta.stride, meta.dtype, meta.offset)
@@ -357,8 +360,23 @@ def fast_plan(func, meta, mesh, placements, coord):
             def make(local):
                 return _make((local,), ctx, shape, stride, offset, state=state)
 
-            return _compat.fast_op(func), make
+            return _op_for(func, args, kwargs), make
     return None
+
+
+def _locals(a):
+    if type(a) is ShardedTensor:
+        return a.local
+    if type(a) in _SEQ:
+        return type(a)([_locals(b) for b in a])
+    return a
+
+
+def _op_for(func, args, kwargs):
+    """``func``'s cheapest callable for a fast path that calls it with ``args``' locals."""
+    if args is None:
+        return _compat.fast_op(func)
+    return _compat.fast_op_for(func, _locals(tuple(args)), {k: _locals(v) for k, v in (kwargs or {}).items()})
 
 
 _make = ShardedTensor.make
@@ -400,11 +418,11 @@ def stays(a, target) -> bool:
     return not isinstance(a, torch.Tensor) or all(p.is_replicate() for p in target)
 
 
-def runner(func, metas, mesh, outs, coord):
+def runner(func, metas, mesh, outs, coord, args=None):
     """``run(args)`` for an op with several results when no argument moves: the op on the
     locals, each tensor result built from what the plan knows (``fast_plan`` per result;
     None for a result that is None or not a tensor). None when a result cannot be built
-    that way (symbolic sizes)."""
+    that way (symbolic sizes). ``args``: the call the plan is for (see ``fast_plan``)."""
     makes = []
     for m, pl in zip(metas, outs):
         if type(m) is TensorMeta:
@@ -414,7 +432,7 @@ def runner(func, metas, mesh, outs, coord):
             makes.append(fp[1])
         else:
             makes.append(None)
-    op, makes = _compat.fast_op(func), tuple(makes)
+    op, makes = _op_for(func, args, None), tuple(makes)
 
     def run(args):
         res = op(*[a.local if type(a) is ShardedTensor else a for a in args])

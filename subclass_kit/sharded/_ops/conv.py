@@ -88,7 +88,7 @@ def _decide_forward(func, args, kwargs):
     fast = None
     if not kwargs and all(stays(args[i], t) for i, t in moves):
         # Nothing moves (the batch-sharded input, whole weight): the op on the locals.
-        fp = fast_plan(func, meta, mesh, out, coord)
+        fp = fast_plan(func, meta, mesh, out, coord, args)
         fast = None if fp is None else on_locals(*fp, args)
     return meta, moves, out, mesh, coord, fast
 
@@ -136,7 +136,7 @@ def _decide_backward(func, args, kwargs):
     meta = global_meta(func, args, kwargs)
     fast = None
     if not kwargs and "out" not in lay and all(stays(args[i], t) for i, t in moves):
-        fast = runner(func, meta, mesh, (gx, gw, gb), coord)
+        fast = runner(func, meta, mesh, (gx, gw, gb), coord, args)
     return meta, moves, (gx, gw, gb), mesh, coord, fast, "out" in lay
 
 

@@ -71,7 +71,7 @@ def _decide_forward(func, args, kwargs):
     fast = None
     if masked is None and not kwargs and stays(w, w_to) and stays(idx, i_to):
         # Nothing moves (a Replicate table, the indices' shard kept): a local lookup.
-        fp = fast_plan(func, meta, mesh, out, coord)
+        fp = fast_plan(func, meta, mesh, out, coord, args)
         fast = None if fp is None else on_locals(*fp, args)
     return meta, w_to, i_to, out, mesh, coord, masked, fast
 

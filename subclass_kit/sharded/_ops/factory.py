@@ -40,7 +40,7 @@ def _like_decide(func, args, kwargs):
     if not kwargs:
         # dropout's empty_like, an optimizer's zeros_like: the op on the local, the result
         # built from what the plan knows.
-        fp = fast_plan(func, meta, mesh, pl, coord)
+        fp = fast_plan(func, meta, mesh, pl, coord, args)
         fast = None if fp is None else on_locals(*fp, args)
     return meta, pl, mesh, coord, fast
 

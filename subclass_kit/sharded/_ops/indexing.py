@@ -35,7 +35,8 @@ from ._common import (
     wrap_out,
 )
 
-__all__ = ["along_dims", "along_one_dim", "by_positions", "by_positions_inplace", "triangle_inplace"]
+__all__ = ["along_dims", "along_decide", "along_general", "along_one_dim", "by_positions", "by_positions_inplace",
+           "triangle_inplace"]
 
 _SEQ = (list, tuple)
 
@@ -137,7 +138,9 @@ def reduction_rule(func):
 TAG_RULES.append(reduction_rule)
 
 
-def _along_decide(func, args, kwargs):
+def along_decide(func, args, kwargs):
+    """The along-dims rule's decisions for one call: ``(meta, target, out_pl, mesh, coord,
+    fast)``, ``fast(args, kwargs)`` the op on the local when nothing moves, else None."""
     x = args[0]
     mesh, cur, coord = spec(x)
     got = _ALONG[func](args, kwargs, x.dim())
@@ -153,7 +156,7 @@ def _along_decide(func, args, kwargs):
         # Nothing moves and the other arguments are numbers or dims: the op on the local and
         # the result built from what the plan knows (as the pointwise fast path). The plan's
         # key pins the keyword arguments (var's correction=, keepdim=), so they pass as given.
-        fast = fast_plan(func, meta, mesh, out_pl, coord)
+        fast = fast_plan(func, meta, mesh, out_pl, coord, args, kwargs)
         if fast is not None:
             op, make = fast
 
@@ -162,7 +165,7 @@ def _along_decide(func, args, kwargs):
     return meta, target, out_pl, mesh, coord, fast
 
 
-_along_plan = planned(_along_decide)
+_along_plan = planned(along_decide)
 
 
 def _wrap_all(res, meta, mesh, pl, coord):
@@ -183,9 +186,17 @@ def _whole(a, rep):
 @ShardedTensor.implements(*_ALONG)
 def along_dims(func, types, args, kwargs):
     """Gather the shards on the dims the op works along; keep the others."""
-    meta, target, out_pl, mesh, coord, fast = _along_plan(func, args, kwargs)
+    plan = _along_plan(func, args, kwargs)
+    fast = plan[-1]
     if fast is not None:
         return fast(args, kwargs)
+    return along_general(plan, func, args, kwargs)
+
+
+def along_general(plan, func, args, kwargs):
+    """The along-dims rule's general path for the decisions ``plan`` (``along_decide``):
+    the operands moved, the op, the results wrapped."""
+    meta, target, out_pl, mesh, coord, _ = plan
     rep = (Replicate(),) * len(target)
     rest = [_whole(a, rep) for a in args[1:]]
     res = func(move(args[0], target), *rest, **{k: _whole(v, rep) for k, v in kwargs.items()})

@@ -124,7 +124,7 @@ def _plan(func, args, kwargs):
             tbias = tuple(c if p.is_partial() and c == p else p for p, c in zip(tbias, cur))
     fast = None
     if tbias is None and not kwargs and _stays(args[a_idx], ta) and _stays(args[a_idx + 1], tb):
-        fast = fast_plan(func, meta, mesh, out_pl, coord)
+        fast = fast_plan(func, meta, mesh, out_pl, coord, args)
         if fast is not None:
             fast = on_locals(*fast, args)
     return fast, ta, tb, tbias, out_pl, meta, mesh, coord

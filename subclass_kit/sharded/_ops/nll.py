@@ -50,17 +50,19 @@ def _decide(func, args, kwargs):
         moves = ((0, rows), (1, target_rows), (2, whole))
         out_pl = target_rows if reduction == _NONE else split
         outs = (out_pl, whole if reduction == _MEAN else split)
-    sharded = any(p.is_shard() for p in rows)
+    # Rows split over more than one rank: a mean needs the global total weight. A mesh dim
+    # of one rank holds every row, so its local mean is the mean (no all-reduce, no division).
+    sharded = any(p.is_shard() and mesh.shape[i] > 1 for i, p in enumerate(rows))
     fast = None
     if not kwargs and all(stays(args[i], t) for i, t in moves):
         # Nothing moves: the op on the locals, the results built from what the plan knows.
         if backward:
-            fp = fast_plan(func, meta, mesh, outs[0], coord)
+            fp = fast_plan(func, meta, mesh, outs[0], coord, args)
             fast = None if fp is None else on_locals(*fp, args)
         elif sharded and reduction == _MEAN:
             fast = _mean_of_shards(func, meta, mesh, outs, coord)
         else:
-            fast = runner(func, meta, mesh, outs, coord)
+            fast = runner(func, meta, mesh, outs, coord, args)
     return meta, moves, outs, mesh, coord, sharded, fast
 
 

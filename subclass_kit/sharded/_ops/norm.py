@@ -57,7 +57,7 @@ def _decide(func, args, kwargs):
     fast = None
     if not kwargs and all(stays(args[i], t) for i, t in moves):
         # Nothing moves: the op on the locals, each result built from what the plan knows.
-        fast = runner(func, meta, mesh, outs, coord)
+        fast = runner(func, meta, mesh, outs, coord, args)
     return meta, tuple(moves), outs, mesh, coord, fast
 
 

@@ -179,7 +179,7 @@ def _plan(func, args, kwargs):
         (placements_of(args[w]) == t) if type(args[w]) is ShardedTensor else all(p.is_replicate() for p in t)
         for w, t in moves
     ):
-        fast = fast_plan(func, meta, mesh, out_pl, coord)
+        fast = fast_plan(func, meta, mesh, out_pl, coord, args)
         if fast is not None:
             fast = on_locals(*fast, args)
     return fast, meta, out_pl, tuple(moves), written, mesh, coord

@@ -21,7 +21,7 @@ import torch
 
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of, relayout, spec
-from .indexing import along_dims, reduction_rule
+from .indexing import along_decide, along_general, reduction_rule
 from ._common import aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
 
 __all__ = ["reduce", "softmax_like", "moments"]
@@ -107,7 +107,7 @@ def _reduce_decide(func, args, kwargs):
             identity = torch.iinfo(dt).min if kind == "max" else torch.iinfo(dt).max
     fast = None
     if mean_of_shard is None and target == placements and (identity is None or x.local.numel()):
-        fast = fast_plan(func, meta, mesh, out_pl, coord)
+        fast = fast_plan(func, meta, mesh, out_pl, coord, args, kwargs)
         if fast is not None:
             # The key pins the keyword arguments' names (and values), so whether a hit
             # passes them is the plan's to decide.
@@ -147,7 +147,7 @@ def _softmax_decide(func, args, kwargs):
     fast = None
     if not kwargs and all(placements_of(a) == pl if type(a) is ShardedTensor else not isinstance(a, torch.Tensor)
                           for a in args):
-        fast = fast_plan(func, meta, mesh, pl, coord)
+        fast = fast_plan(func, meta, mesh, pl, coord, args)
         if fast is not None:
             fast = on_locals(*fast, args)
     return meta, pl, mesh, coord, fast
@@ -187,7 +187,22 @@ def _moments_apply(x, dims) -> bool:
     return not any(p.is_partial() for p in pl) and any(p.is_shard() and p.dim in dims for p in pl)
 
 
-_APPLIES: dict = {}
+def _moments_decide(func, args, kwargs):
+    """``(along, dims)``: the along-dims rule's decisions (``along_decide``) where the
+    two-sum form does not apply, else ``(None, dims)``; ``dims`` the reduced dims."""
+    x = args[0]
+    dim = args[1] if len(args) > 1 else kwargs.get("dim")
+    nd = x.dim()
+    dims = sorted(range(nd) if dim is None or (isinstance(dim, (list, tuple)) and not dim)
+                  else {d % nd for d in (dim if isinstance(dim, (list, tuple)) else (dim,))})
+    if _moments_apply(x, dims):
+        return None, dims
+    return along_decide(func, args, kwargs), dims
+
+
+# One plan per call signature for both forms: the common case (no sharded dim reduced) is
+# the along-dims rule's fast path behind a single cache lookup.
+_moments_plan = planned(_moments_decide)
 
 
 @ShardedTensor.implements(*_MOMENTS)
@@ -197,27 +212,14 @@ def moments(func, types, args, kwargs):
     ``Partial`` -- the rows never move (the along-dims rule would gather them). Results are
     laid out as the along-dims rule lays them out (the reduced shards become Replicate), so
     every rank holds the same statistics. Other layouts take the along-dims rule."""
+    along, dims = _moments_plan(func, args, kwargs)
+    if along is not None:
+        fast = along[-1]
+        if fast is not None:
+            return fast(args, kwargs)
+        return along_general(along, func, args, kwargs)
     x = args[0]
-    dim = args[1] if len(args) > 1 else kwargs.get("dim")
     keepdim = kwargs.get("keepdim", False)
-    # Which form applies depends on x's signature (its placements, dtype, shape) and the
-    # dims only: remembered, so the common case (no sharded dim reduced) adds one lookup to
-    # the along-dims rule's cached plan.
-    sig = x._sig if type(x) is ShardedTensor else None
-    key = None if sig is None else (func, sig, tuple(dim) if type(dim) is list else dim)
-    hit = None if key is None else _APPLIES.get(key)
-    if hit is None:
-        nd = x.dim()
-        dims = sorted(range(nd) if dim is None or (isinstance(dim, (list, tuple)) and not dim)
-                      else {d % nd for d in (dim if isinstance(dim, (list, tuple)) else (dim,))})
-        hit = (_moments_apply(x, dims), dims)
-        if key is not None:
-            if len(_APPLIES) > 4096:
-                _APPLIES.clear()
-            _APPLIES[key] = hit
-    applies, dims = hit
-    if not applies:
-        return along_dims(func, types, args, kwargs)
     correction = kwargs.get("correction")
     correction = 1 if correction is None else correction
     n = math.prod(x.shape[d] for d in dims)

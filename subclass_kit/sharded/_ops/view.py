@@ -75,7 +75,7 @@ def _fast_of(func, args, kwargs, meta, pl):
     if kwargs or not ShardedTensor.op_aliasing(func).simple_view:
         return None
     mesh, _, coord = spec(args[0])
-    return fast_plan(func, meta, mesh, pl, coord)
+    return fast_plan(func, meta, mesh, pl, coord, args)
 
 
 @ShardedTensor.implements(aten.detach.default, aten.alias.default)
