@@ -23,7 +23,7 @@ from ._pre_dispatch import maybe_record
 from .ctx import CTX_ATTR, SubclassCtx
 from .fields import MISSING
 
-__all__ = ["KitClass", "build_make", "kit_handler", "is_kit_handler"]
+__all__ = ["KitClass", "build_make", "build_parts", "kit_handler", "is_kit_handler"]
 
 _STRIDED = torch.strided
 _DTYPE = 3  # SubclassCtx's layout (see ctx.py): read with tuple indexing on the hot path
@@ -194,6 +194,40 @@ def build_make(cls: type, names: tuple, state_names: frozenset) -> Callable:
     # Generated per class, so its signature's types are set here rather than written on it.
     make.__annotations__ = {**_MAKE_ANNOTATIONS, "return": cls}
     return make
+
+
+def build_parts(kit: KitClass, ctx: SubclassCtx, size: tuple, stride: tuple, offset: Any,
+                state: dict | None) -> Callable:
+    """``build(*inners)``: ``kit.make(inners, ctx, size, stride, offset, state=state)`` with
+    everything but the inner tensors fixed now (``WrapperTensor.parts_builder``, whose
+    caller has checked ``state``).
+
+    A cached plan builds every result of its op this way, so the common case (one inner
+    tensor, storage offset 0) is generated as one frame that does only what ``make`` does
+    for it: the wrapper from positional arguments, the instance dict, the export-tracing
+    rule. Any other case calls ``make``.
+    """
+    make = kit.make
+    if len(kit.inner_names) != 1 or offset.__class__ is not int or offset:
+
+        def build(*inners):
+            return make(inners, ctx, size, stride, offset, state=state)
+
+        return build
+    cls, (n0,), dtype = kit.cls, kit.inner_names, ctx[_DTYPE]
+
+    def build_one(inner):
+        r = _make_subclass(cls, size, stride, None, None, dtype, _STRIDED, inner.device)
+        d = r.__dict__
+        d[n0] = inner
+        d[CTX_ATTR] = ctx
+        if state:
+            d.update(state)
+        if _tf_mode_on():
+            maybe_record(r, (inner,), size, stride, offset)  # see build_make
+        return r
+
+    return build_one
 
 
 # ---- trust: whose handlers' results are not checked against the op's schema -------------------

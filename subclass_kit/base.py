@@ -22,7 +22,7 @@ import torch
 
 from . import _aliasing, _compat, _dispatch, _flatten, _instance_state, _pre_dispatch
 from ._construct import construct, contiguous_strides
-from ._runtime import KitClass, default_ctx
+from ._runtime import KitClass, build_parts, default_ctx
 from .ctx import SubclassCtx, reader
 from .errors import FrozenFieldError, LocalClassWarning
 from .fields import MISSING, inner, meta, state
@@ -364,17 +364,9 @@ class WrapperTensor(torch.Tensor):
             >>> type(y).__name__, tuple(y.shape), y.b.sum().item()
             ('TwoTensor', (3, 2), 6.0)
         """
-        size = tuple(size)
-        stride = tuple(stride)
         if state:
             _instance_state.check(cls, state)
-        make = cls.__kit__.make
-        bound_state = state or None
-
-        def build(*inners):
-            return make(inners, ctx, size, stride, offset, state=bound_state)
-
-        return build
+        return build_parts(cls.__kit__, ctx, tuple(size), tuple(stride), offset, state or None)
 
     @classmethod
     def make_ctx(cls, *, dtype: torch.dtype, present: tuple | None = None, **meta_values: Any) -> SubclassCtx:

@@ -315,19 +315,23 @@ def test_a_plan_hit_finds_the_entry_the_general_key_names(numbers_by_type):
     y = distribute(torch.ones(4, 2), LOCAL, [Replicate()])
     built = []
     plan = _common.planned(lambda func, args, kwargs: built.append(args) or object(), numbers_by_type=numbers_by_type)
-    op = f"no op: a key of its own ({numbers_by_type})"  # plans are shared by every rule, per op
+    op = "no op"  # the plan's table is its own
     cases = [(x,), (x, y), (y, x), (x, 2), (x, 2.5), (x, True), (x, [8]), (x, [2, -1]), (x, [True]), (x, torch.ones(2))]
-    for args in cases:
-        first = plan(op, args, {})
-        assert plan(op, args, {}) is first  # the second call is a hit
-        assert _common._PLANS.pop(_common._key(op, args, {}, numbers_by_type)) is first
+    cases = [(args, {}) for args in cases] + [
+        ((x, [1]), {"correction": 1}), ((x, [1]), {"correction": 1.0}), ((x,), {"dim": [0], "keepdim": True}),
+        ((x, y), {"alpha": 2}), ((x, 2), {"out": y}),
+    ]
+    for args, kwargs in cases:
+        first = plan(op, args, kwargs)
+        assert plan(op, args, kwargs) is first  # the second call is a hit
+        assert plan.plans.pop(_common._key(op, args, kwargs, numbers_by_type)) is first
     assert len(built) == len(cases)
 
 
 @pytest.mark.parametrize("pl", [Shard(0), Replicate()], ids=repr)
 def test_var_and_std_over_an_unsharded_dim_are_one_plan_hit_on_the_local(pl):
     from subclass_kit import _compat
-    from subclass_kit.sharded._ops import _common
+    from subclass_kit.sharded._ops import _common, reduction
 
     aten = torch.ops.aten
     d = torch.randn(6, 5, generator=torch.Generator().manual_seed(31))
@@ -341,7 +345,7 @@ def test_var_and_std_over_an_unsharded_dim_are_one_plan_hit_on_the_local(pl):
                 torch.testing.assert_close(out.full_tensor(), fn(d, 1, correction=correction))
             # One plan for the call (the two-sum form's test and the along-dims rule together)
             # holds the fast path, whose op is the Python binding (checked to mean `func`).
-            along, dims = _common._PLANS[_common._key(func, (x, [1]), {"correction": correction}, False)]
+            along, dims = reduction._moments_plan.plans[_common._key(func, (x, [1]), {"correction": correction}, False)]
             assert dims == [1] and along[-1] is not None
             assert _compat.fast_op_for(func, (x.local, [1]), {"correction": correction}) is binding
 

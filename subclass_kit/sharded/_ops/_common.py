@@ -70,7 +70,6 @@ def spec_of(func, args, kwargs):
 
 # ---- global metadata and cached plans ---------------------------------------------------
 _META_CACHE: dict = {}
-_PLANS: dict = {}
 _MAX_ENTRIES = 8192  # distinct (op, shapes, placements) seen; cleared when exceeded
 
 
@@ -84,7 +83,7 @@ def _sig(a, numbers_by_type: bool):
     if isinstance(a, torch.Tensor):
         return (t, a.shape, a.stride(), a.storage_offset(), a.dtype, a.device)
     if t in _SEQ:
-        if all([type(b) is int for b in a]):
+        if _all_ints(a):
             return ("ints", *a)  # a size list (view, expand, sum's dims): as it is
         return tuple([_sig(b, numbers_by_type) for b in a])
     if numbers_by_type and (t is float or t is int or t is bool):
@@ -101,6 +100,14 @@ _VALUES = frozenset({int, float, bool, str, type(None), torch.dtype, torch.devic
 _NUMBERS = frozenset({int, float, bool})
 
 
+def _all_ints(a) -> bool:
+    # A loop, not all([...]): no list is built (this runs on every op with a size list).
+    for b in a:
+        if type(b) is not int:
+            return False
+    return True
+
+
 def _key(func, args, kwargs, numbers_by_type: bool):
     # The common arguments (a ShardedTensor with its signature number, a number, None, a
     # dtype, a size list) inline, each giving what ``_sig`` would: this is most of the
@@ -113,21 +120,26 @@ def _key(func, args, kwargs, numbers_by_type: bool):
             key.append(s if s is not None else _sig(a, numbers_by_type))
         elif t in _VALUES:
             key.append(t if numbers_by_type and t in _NUMBERS else (t, a))
-        elif t is list and all([type(b) is int for b in a]):
+        elif t is list and _all_ints(a):
             key.append(("ints", *a))
         else:
             key.append(_sig(a, numbers_by_type))
     if kwargs:
-        kw = []
-        for k, v in kwargs.items():
-            t = type(v)
-            if t in _VALUES:
-                kw.append((k, t if numbers_by_type and t in _NUMBERS else (t, v)))
-            else:
-                kw.append((k, _sig(v, numbers_by_type)))
-        key.append(tuple(kw))
+        key.append(_kw_key(kwargs, numbers_by_type))
         key.append(len(args))  # where the arguments end
     return tuple(key)
+
+
+def _kw_key(kwargs, numbers_by_type: bool) -> tuple:
+    """The keyword arguments' part of ``_key``."""
+    kw = []
+    for k, v in kwargs.items():
+        t = type(v)
+        if t in _VALUES:
+            kw.append((k, t if numbers_by_type and t in _NUMBERS else (t, v)))
+        else:
+            kw.append((k, _sig(v, numbers_by_type)))
+    return tuple(kw)
 
 
 def _remember(cache: dict, key, value):
@@ -141,14 +153,19 @@ def planned(build, *, numbers_by_type: bool = False):
     """Memoize ``build(func, args, kwargs)`` (a handler's decisions, a pure function of the
     arguments' metadata) per op and argument signature, as DTensor caches sharding
     propagation. ``numbers_by_type``: Python numbers enter the key by type only (right for
-    pointwise ops, whose decisions never depend on a scalar's value)."""
+    pointwise ops, whose decisions never depend on a scalar's value).
+
+    Each rule has its own table (``plan.plans``, keyed by ``_key``), so two rules that plan
+    the same op (``var``'s two-sum rule asks the along-dims rule's decisions) never read
+    each other's plans."""
+    plans: dict = {}
 
     def plan(func, args, kwargs):
         # The commonest hit (one or two ShardedTensors with signature numbers, or one and a
-        # number or a size list; no keyword arguments) looks up the key _key builds, without
-        # its loop.
+        # number or a size list, and any keyword arguments: var's correction=) looks up the
+        # key _key builds, without its loop.
         n = len(args)
-        if 0 < n <= 2 and not kwargs and type(args[0]) is ShardedTensor:
+        if 0 < n <= 2 and type(args[0]) is ShardedTensor:
             key = s = args[0]._sig
             if s is not None:
                 if n == 1:
@@ -160,24 +177,28 @@ def planned(build, *, numbers_by_type: bool = False):
                         key = None if b._sig is None else (func, s, b._sig)
                     elif numbers_by_type and (t is float or t is int or t is bool):
                         key = (func, s, t)
-                    elif t is list and all([type(v) is int for v in b]):
+                    elif t is list and _all_ints(b):
                         key = (func, s, ("ints", *b))
                     else:
                         key = None
             if key is not None:
-                hit = _PLANS.get(key)
+                try:
+                    hit = plans.get(key if not kwargs else (*key, _kw_key(kwargs, numbers_by_type), n))
+                except TypeError:  # a symbolic or unhashable keyword argument: see below
+                    hit = None
                 if hit is not None:
                     return hit
         try:
             key = _key(func, args, kwargs, numbers_by_type)
-            hit = _PLANS.get(key)
+            hit = plans.get(key)
         except TypeError:  # symbolic sizes or unhashable arguments
             return build(func, args, kwargs)
         if hit is None:
-            hit = _remember(_PLANS, key, build(func, args, kwargs))
+            hit = _remember(plans, key, build(func, args, kwargs))
         return hit
 
     plan.__name__ = plan.__qualname__ = f"planned({build.__name__})"
+    plan.plans = plans  # type: ignore[attr-defined]
     return plan
 
 
@@ -346,20 +367,16 @@ def fast_plan(func, meta, mesh, placements, coord, args=None, kwargs=None):
 
     The fast path of a handler is then ``make(op(*locals))``: ``op`` is ``func``'s cheapest
     callable, ``make`` builds the result from its local with the ctx, size, stride, offset
-    and signature computed once per cached plan (bound to ``ShardedTensor.make``), so a hit
-    costs the key's dict lookup, the op and one wrapper construction. ``args``/``kwargs``:
-    the call the plan is for, when the fast path calls ``op`` with arguments of the same
-    types (its locals for its ShardedTensors): ``op`` may then be the Python binding that
-    parses them in C++ (see ``_compat.fast_op_for``).
+    and signature computed once per cached plan (``ShardedTensor.parts_builder``: one
+    generated frame), so a hit costs the key's dict lookup, the op and one wrapper
+    construction. ``args``/``kwargs``: the call the plan is for, when the fast path calls
+    ``op`` with arguments of the same types (its locals for its ShardedTensors): ``op`` may
+    then be the Python binding that parses them in C++ (see ``_compat.fast_op_for``).
     """
     if type(meta) is TensorMeta:
         o = out_spec(mesh, placements, coord, meta.shape, meta.stride, meta.dtype, meta.offset)
         if o.sig is not None:
-            ctx, shape, stride, offset, state = o.ctx, o.shape, o.stride, o.offset, o.state
-
-            def make(local):
-                return _make((local,), ctx, shape, stride, offset, state=state)
-
+            make = ShardedTensor.parts_builder(o.ctx, size=o.shape, stride=o.stride, offset=o.offset, **o.state)
             return _op_for(func, args, kwargs), make
     return None
 
@@ -377,9 +394,6 @@ def _op_for(func, args, kwargs):
     if args is None:
         return _compat.fast_op(func)
     return _compat.fast_op_for(func, _locals(tuple(args)), {k: _locals(v) for k, v in (kwargs or {}).items()})
-
-
-_make = ShardedTensor.make
 
 
 def on_locals(op, make, args):
@@ -404,10 +418,32 @@ def on_locals(op, make, args):
         def run(args):
             a, b = args
             return make(op(a, b.local))
+    elif _leading(where) == 1:  # softmax's (x, dim, half_to_float)
+        def run(args):
+            return make(op(args[0].local, *args[1:]))
     else:
         def run(args):
             return make(op(*[a.local if type(a) is ShardedTensor else a for a in args]))
     return run
+
+
+def _leading(where: tuple) -> int:
+    """How many leading arguments are ShardedTensors when no later one is (else -1)."""
+    n = 0
+    while n < len(where) and where[n]:
+        n += 1
+    return -1 if any(where[n:]) else n
+
+
+def _on_locals_call(op, args):
+    """``call(args)``: ``op(*args)`` with every ShardedTensor replaced by its local (the
+    op's result as it is), specialized as ``on_locals`` for where ``args`` holds them."""
+    lead = _leading(tuple([type(a) is ShardedTensor for a in args]))
+    if lead == 1:  # layer_norm's (x, normalized_shape, weight, bias, eps)
+        return lambda args: op(args[0].local, *args[1:])
+    if lead == 2:  # nll_loss's (input, target, weight, reduction, ignore_index)
+        return lambda args: op(args[0].local, args[1].local, *args[2:])
+    return lambda args: op(*[a.local if type(a) is ShardedTensor else a for a in args])
 
 
 def stays(a, target) -> bool:
@@ -418,7 +454,7 @@ def stays(a, target) -> bool:
     return not isinstance(a, torch.Tensor) or all(p.is_replicate() for p in target)
 
 
-def runner(func, metas, mesh, outs, coord, args=None):
+def runner(func, metas, mesh, outs, coord, args):
     """``run(args)`` for an op with several results when no argument moves: the op on the
     locals, each tensor result built from what the plan knows (``fast_plan`` per result;
     None for a result that is None or not a tensor). None when a result cannot be built
@@ -433,10 +469,22 @@ def runner(func, metas, mesh, outs, coord, args=None):
         else:
             makes.append(None)
     op, makes = _op_for(func, args, None), tuple(makes)
+    call = _on_locals_call(op, args)
+    if len(makes) == 2 and None not in makes:  # nll_loss's (loss, total_weight)
+        m0, m1 = makes
 
-    def run(args):
-        res = op(*[a.local if type(a) is ShardedTensor else a for a in args])
-        return tuple(None if r is None or mk is None else mk(r) for r, mk in zip(res, makes))
+        def run(args):
+            r0, r1 = call(args)
+            return m0(r0), m1(r1)
+    elif len(makes) == 3 and None not in makes:  # layer_norm's (out, mean, rstd)
+        m0, m1, m2 = makes
+
+        def run(args):
+            r0, r1, r2 = call(args)
+            return m0(r0), m1(r1), m2(r2)
+    else:
+        def run(args):
+            return tuple([None if r is None or mk is None else mk(r) for r, mk in zip(call(args), makes)])
 
     return run
 

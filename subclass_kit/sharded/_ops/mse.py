@@ -1,7 +1,7 @@
 """``mse_loss`` and its backward as one local op where nothing moves (the operands, and the
 per-element gradient, on the same placements, none Partial): each rank runs the loss on its
-shards; a reduced loss over shards is the local sum (over the global count for ``'mean'``), a
-``Partial('sum')``. Any other layout runs torch's decomposition step by step
+shards; a reduced loss over shards split between ranks is the local sum (over the global count
+for ``'mean'``), a ``Partial('sum')``; where every element is on each rank the local loss is the loss. Any other layout runs torch's decomposition step by step
 (``decompose``), which redistributes as each step's rule says.
 """
 
@@ -47,8 +47,13 @@ def _decide(func, args, kwargs):
     fp = fast_plan(func, meta, mesh, out_pl, coord)
     if fp is None:
         return None
-    local_red = _NONE if reduction == _NONE else _SUM
-    scale = 1.0 / math.prod(x.shape) if reduction == _MEAN else None
+    if any(p.is_shard() and mesh.shape[i] > 1 for i, p in enumerate(pl)):
+        local_red = _NONE if reduction == _NONE else _SUM
+        scale = 1.0 / math.prod(x.shape) if reduction == _MEAN else None
+    else:
+        # Every element is on this rank (Replicate, or shards of one rank): the local loss
+        # is the loss, in the op's own reduction.
+        local_red, scale = reduction, None
     return _compat.fast_op(func), fp[1], local_red, scale, backward
 
 
