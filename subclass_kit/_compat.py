@@ -887,7 +887,8 @@ def opinfo_db() -> list:
 # the op packet's name (torch._mkldnn is private).
 _NOT_STRIDED = {
     "_to_sparse": torch.sparse_coo, "_to_sparse_csr": torch.sparse_csr, "_to_sparse_csc": torch.sparse_csc,
-    "_to_sparse_bsr": torch.sparse_bsr, "_to_sparse_bsc": torch.sparse_bsc, "to_mkldnn": torch._mkldnn,
+    "_to_sparse_bsr": torch.sparse_bsr, "_to_sparse_bsc": torch.sparse_bsc,
+    "to_mkldnn": getattr(torch, "_mkldnn"),  # (not in torch's stubs)
 }
 
 
