@@ -264,6 +264,7 @@ CASES: dict = {
     "cdist x1 S0,R x2 R,S0": Case("shared_dims", torch.cdist, ((_matrix, (S0, R)), (_square, (R, S0)))),
     "multi_margin_loss S0,P": Case("shared_dims", lambda x: F.multi_margin_loss(x, _CLASSES), ((_matrix, (S0, P)),)),
     "embedding_bag w R,S1": Case("shared_dims", lambda w: F.embedding_bag(_BAGS, w, mode="max"), ((_matrix, (R, S1)),)),
+    "embedding_bag w S0,R sum": Case("shared_dims", lambda w: F.embedding_bag(_BAGS, w), ((_matrix, (S0, R)),)),
     # probes
     "avg_pool2d P,S3": Case("independent", lambda t: F.avg_pool2d(t, 2), ((_image, (P, S3)),)),
     "avg_pool2d Pmax,S1": Case("independent", lambda t: F.avg_pool2d(t, 2), ((_image, (Partial("max"), S1)),)),

@@ -146,15 +146,19 @@ CASES = {
     "embedding_bag sum weighted": (
         lambda g: [_randn(10, 5)(g), _randn(8)(g)],
         lambda w, psw: F.embedding_bag(_BAG_IDX, w, _BAG_OFF, mode="sum", per_sample_weights=psw),
-        {"columns S1,R": [S1, R], "rows S0,R gathers": [S0, R], "P,R gathers": [P, R]}),
+        {"columns S1,R": [S1, R], "vocab S0,R": [S0, R], "P,R gathers": [P, R]}),
     "embedding_bag max": (
         lambda g: [_randn(10, 5)(g)],
         lambda w: F.embedding_bag(_BAG_ROWS, w, mode="max"),
-        {"columns S1": [S1]}),
+        {"columns S1": [S1], "vocab S0 gathers": [S0]}),
     "embedding_bag mean padding_idx": (
         lambda g: [_randn(10, 5)(g)],
         lambda w: F.embedding_bag(_BAG_IDX, w, _BAG_OFF, mode="mean", padding_idx=2),
-        {"columns S1": [S1]}),
+        {"columns S1": [S1], "vocab S0": [S0]}),
+    "embedding_bag sum include_last_offset padding_idx": (
+        lambda g: [_randn(10, 5)(g)],
+        lambda w: F.embedding_bag(_BAG_IDX, w, torch.tensor([0, 3, 3, 8]), include_last_offset=True, padding_idx=4),
+        {"vocab S0": [S0]}),
     "index_reduce prod": (
         lambda g: [_randn(4, 5)(g), _randn(6, 5)(g)],
         lambda x, src: x.index_reduce(0, _INDEX, src, "prod"),
@@ -207,6 +211,9 @@ PLACEMENTS = {
     ("lstsq vector gelsd", "batch S1,S1"): "(Shard(1),)",
     ("lstsq singular values gelss", "batch S0,S0"): "(Shard(0),)",
     ("embedding_bag sum weighted", "columns S1,R"): "(Shard(1),)",
+    ("embedding_bag sum weighted", "vocab S0,R"): "(Partial('sum'),)",
+    ("embedding_bag mean padding_idx", "vocab S0"): "(Partial('sum'),)",
+    ("embedding_bag sum include_last_offset padding_idx", "vocab S0"): "(Partial('sum'),)",
     ("embedding_bag max", "columns S1"): "(Shard(1),)",
     ("embedding_bag mean padding_idx", "columns S1"): "(Shard(1),)",
     ("index_reduce prod", "S1,S1"): "(Shard(1),)",

@@ -124,6 +124,7 @@ EXPECT = {
     "cdist x1 S0,R x2 R,S0": ("(Shard(0), Shard(1))", NONE),
     "multi_margin_loss S0,P": ("(Partial('sum'), Replicate())", ONE_REDUCE),
     "embedding_bag w R,S1": ("(Replicate(), Shard(1))", NONE),
+    "embedding_bag w S0,R sum": ("(Partial('sum'), Replicate())", NONE),  # vocab-parallel
     # an incoming gradient laid out otherwise
     "avg_pool2d S0,R grad R,S0": ("(Shard(0), Replicate())", NONE),
     "interpolate S1,R grad R,S1": ("(Shard(1), Replicate())", NONE),

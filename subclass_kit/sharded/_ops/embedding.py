@@ -1,4 +1,5 @@
-"""``embedding`` and its backward without a gather.
+"""``embedding`` and its backward without a gather; ``embedding_bag`` of a vocab-parallel
+table (``embedding_bag_vocab``, the shared-dims rule's first try).
 
 Per mesh dim, by the weight's placement:
 
@@ -36,7 +37,7 @@ from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of
 from ._common import aten, fast_plan, global_meta, move, move_plain, on_locals, planned, spec_of, stays, wrap_out
 
-__all__ = ["embedding", "embedding_backward"]
+__all__ = ["embedding", "embedding_backward", "embedding_bag_vocab"]
 
 
 def _pl(a, n):
@@ -135,3 +136,49 @@ def embedding_backward(func, types, args, kwargs):
     lg = move(g, g_to) if type(g) is ShardedTensor else move_plain(g, mesh, coord, g_to)
     li = move(idx, i_to) if type(idx) is ShardedTensor else move_plain(idx, mesh, coord, i_to)
     return wrap_out(func(lg, li, *args[2:], **kwargs), meta, mesh, out, coord)
+
+
+# ---- embedding_bag with a vocab-parallel table ---------------------------------------------------
+_MAX_MODE = 2
+
+
+def embedding_bag_vocab(func, args, kwargs):
+    """``_embedding_bag`` of a table sharded on its rows (vocab-parallel) on one mesh dim,
+    ``'sum'`` or ``'mean'`` mode: each rank looks up the indices in its rows (zeros for the
+    others, as ``embedding``), then pools those rows bag by bag -- the op itself, run on the
+    looked-up rows as a table of one row per index (a zero row standing for ``padding_idx``),
+    so that offsets, per-sample weights, bag sizes and means are torch's. The pooled result is
+    a ``Partial('sum')``; the bag bookkeeping is the same on every rank (Replicate). None
+    where it does not apply (``'max'`` mode: an argmax per column is no sum)."""
+    w = args[0]
+    mode = args[4] if len(args) > 4 else 0
+    if type(w) is not ShardedTensor or kwargs or mode == _MAX_MODE or w.dim() != 2 or args[1].dim() != 1:
+        return None
+    mesh, coord = spec_of(func, args, kwargs)
+    wp = placements_of(w)
+    vocab = [i for i, p in enumerate(wp) if p.is_shard(0)]
+    if len(vocab) != 1 or any(not p.is_replicate() for i, p in enumerate(wp) if i != vocab[0]):
+        return None
+    whole = (Replicate(),) * mesh.ndim
+    idx, offsets = (move(a, whole) if type(a) is ShardedTensor else a for a in args[1:3])
+    psw = args[6] if len(args) > 6 else None
+    if type(psw) is ShardedTensor:
+        psw = move(psw, whole)
+    scale = args[3] if len(args) > 3 else False
+    last = args[7] if len(args) > 7 else False
+    pad = args[8] if len(args) > 8 else -1
+    d = vocab[0]
+    start = Shard(0).offset(w.shape[0], mesh.shape[d], coord[d])
+    rows = w.local.shape[0]
+    own = (idx >= start) & (idx < start + rows)
+    padding = idx == pad if pad >= 0 else torch.zeros_like(own)
+    looked = w.local.index_select(0, torch.where(own & ~padding, idx - start, 0))
+    looked = looked.masked_fill(~own.unsqueeze(-1), 0)
+    n = idx.numel()
+    table = torch.cat([looked, looked.new_zeros(1, looked.shape[1])])
+    positions = torch.where(padding, n, torch.arange(n, device=idx.device))
+    local_psw = None if psw is None else torch.where(own, psw, 0)
+    res = func(table, positions, offsets, scale, mode, False, local_psw, last, n if pad >= 0 else -1)
+    meta = global_meta(func, args, kwargs)
+    pooled = tuple(Partial("sum") if i == d else Replicate() for i in range(mesh.ndim))
+    return tuple(wrap_out(r, m, mesh, pooled if i == 0 else whole, coord) for i, (r, m) in enumerate(zip(res, meta)))

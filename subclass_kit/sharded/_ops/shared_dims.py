@@ -34,6 +34,7 @@ import torch
 from .._layout import chunk_size, chunk_start, contiguous_strides, local_shape
 from ..placements import Partial, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of
+from .embedding import embedding_bag_vocab
 from ._common import TensorMeta, aten, global_meta, move, move_plain, planned, spec_of, unsupported, wrap_out
 
 __all__ = ["Along", "SUMMED", "SAME", "shared_dims"]
@@ -70,6 +71,9 @@ class _Rule(NamedTuple):
     # {result: fill}: a result sized by this rank's data (ctc's log_alpha, by its longest
     # target) padded to the global size
     pad: dict = {}
+    # (func, args, kwargs) -> the result, or None: a layout no shared dim expresses, tried
+    # first (a vocab-parallel embedding_bag table)
+    first: Callable | None = None
 
 
 # ---- the shared dims, as functions of the arguments -------------------------------------------
@@ -252,8 +256,8 @@ _RULES = {
         "_trilinear": _Rule(_trilinear, linear=(0, 1, 2)),
         "_scaled_mm": _Rule(_scaled_mm),
         "_scaled_mm_v2": _Rule(_scaled_mm_v2),
-        "_embedding_bag": _Rule(_bags((0,), 4, 4)),
-        "_embedding_bag_forward_only": _Rule(_bags((0,), 4, 4)),
+        "_embedding_bag": _Rule(_bags((0,), 4, 4), first=embedding_bag_vocab),
+        "_embedding_bag_forward_only": _Rule(_bags((0,), 4, 4), first=embedding_bag_vocab),
         "_embedding_bag_backward": _Rule(_dense_bags, linear=(0,)),
         "_embedding_bag_dense_backward": _Rule(_bags((0,), 7, 1, maxima_at=4), linear=(0,)),
         # the per-sample weights' gradient: a dot product over D of the gradient and the rows
@@ -367,6 +371,11 @@ _plan = planned(_decide)
 @ShardedTensor.implements(*_RULES)
 def shared_dims(func, types, args, kwargs):
     """Run the op on each rank's locals along the shared dims; see the module docstring."""
+    first = _RULES[func].first
+    if first is not None:
+        res = first(func, args, kwargs)
+        if res is not None:
+            return res
     meta, moves, outs, mesh, coord, scale, cut = _plan(func, args, kwargs)
     new = _moved(args, moves, mesh, coord)
     if cut is not None:
