@@ -376,3 +376,20 @@ def test_a_batch_sharded_mean_loss_over_one_rank_is_the_local_mean():
         t = ShardedTensor.from_local(torch.zeros(rows, dtype=torch.long), mesh, [Shard(0)], shape=(8,))
         plan = nll._plan(aten.nll_loss_forward.default, (logp, t, None, 1, -100), {})
         assert plan[5] is sharded and plan[6] is not None  # the sharded flag, the fast path
+
+
+def test_a_rule_computing_whole_logs_without_asking_for_a_rule(caplog):
+    # as_strided has a rule; an overlapping geometry (no chain of views of a shard) is computed
+    # whole, and the log must not send the user to register the rule that exists.
+    from subclass_kit.sharded._ops import generic
+
+    d = torch.arange(12.0).reshape(4, 3)
+    x = distribute(d, LOCAL, [Shard(0)])
+    generic._WHOLE_LOGGED.discard(torch.ops.aten.as_strided.default)
+    generic.whole_ops().clear()
+    with caplog.at_level("WARNING", logger="subclass_kit.sharded"):
+        y = x.as_strided((3, 3), (1, 1), 0)
+    assert torch.equal(y.full_tensor(), d.as_strided((3, 3), (1, 1), 0))
+    assert generic.whole_ops()[torch.ops.aten.as_strided.default] == 1
+    msgs = [r.getMessage() for r in caplog.records if "aten.as_strided.default" in r.getMessage()]
+    assert len(msgs) == 1 and "for these placements" in msgs[0] and "implements" not in msgs[0], msgs

@@ -47,6 +47,7 @@ __all__ = ["generic", "computed_whole", "gathered_ops", "whole_ops", "GATHER_LOG
 GATHER_LOG = logging.getLogger("subclass_kit.sharded")
 
 _LOGGED: set = set()
+_WHOLE_LOGGED: set = set()
 _CALLS: Counter = Counter()
 _WHOLE_CALLS: Counter = Counter()
 _SEQ = (list, tuple)
@@ -78,13 +79,23 @@ def whole_ops() -> Counter:
 
 def _note(func, calls: Counter = _CALLS) -> None:
     calls[func] += 1
-    if func not in _LOGGED:
-        _LOGGED.add(func)
-        GATHER_LOG.warning(
-            "ShardedTensor computes %s on whole tensors: its operands are gathered to Replicate and "
-            "it runs densely on every rank (logged once per op). Register a rule with "
-            "@ShardedTensor.implements(%s) to keep it sharded.", func, func,
-        )
+    logged = _LOGGED if calls is _CALLS else _WHOLE_LOGGED
+    if func not in logged:
+        logged.add(func)
+        if calls is _CALLS:
+            GATHER_LOG.warning(
+                "ShardedTensor computes %s on whole tensors: its operands are gathered to Replicate "
+                "and it runs densely on every rank (logged once per op). Register a rule with "
+                "@ShardedTensor.implements(%s) to keep it sharded.", func, func,
+            )
+        else:
+            # The op has a rule; these placements are the ones it cannot keep, so the hint to
+            # register a rule would send the user after one that exists.
+            GATHER_LOG.warning(
+                "ShardedTensor computes %s on whole tensors for these placements: its rule cannot "
+                "keep them, so its operands are gathered to Replicate (logged once per op). "
+                "Redistribute the operands first to choose where it runs.", func,
+            )
 
 
 def _gather(a, full):
