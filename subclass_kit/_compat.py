@@ -802,8 +802,9 @@ _BINDINGS: dict = {}
 def _one_tensor_out(func) -> bool:
     # A binding of an op with several results may return a named tuple (torch.return_types)
     # where the op returns a tuple: only single-tensor results are taken as the same.
-    returns = getattr(func, "_schema", None) and func._schema.returns
-    return bool(returns) and len(returns) == 1 and isinstance(returns[0].type, torch.TensorType)
+    schema = getattr(func, "_schema", None)
+    returns = schema.returns if schema is not None else ()
+    return len(returns) == 1 and isinstance(returns[0].type, torch.TensorType)
 
 
 def is_pure_view(func) -> bool:
