@@ -803,7 +803,7 @@ def _one_tensor_out(func) -> bool:
     # A binding of an op with several results may return a named tuple (torch.return_types)
     # where the op returns a tuple: only single-tensor results are taken as the same.
     schema = getattr(func, "_schema", None)
-    returns = schema.returns if schema is not None else ()
+    returns: list = schema.returns if schema is not None else []
     return len(returns) == 1 and isinstance(returns[0].type, torch.TensorType)
 
 
