@@ -6,6 +6,11 @@ decomposition on the ShardedTensors lets every step keep its shards (``mse_loss`
 Shard(0) operands is a local sum of squares and a ``Partial``, never a gather). One entry
 per op in ``_DECOMPOSED``; a step that has no rule still takes the generic fallback, so the
 result is dense-correct either way.
+
+When every ShardedTensor operand is Replicate there is nothing to keep sharded: the op runs
+once on the locals, as DTensor runs it, instead of as its decomposition -- several dispatches
+through the rules plus torch's reference wrappers, 10 to 100 times DTensor's time per call
+(``coverage_table.py --time``). The decision is cached per op and argument signature.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from __future__ import annotations
 import torch
 
 from ... import _compat
-from ..tensor import ShardedTensor
+from ..placements import Replicate
+from ..tensor import ShardedTensor, placements_of
+from ._common import fast_plan, global_meta, on_locals, planned, spec_of
 from .generic import TAG_RULES
 
 __all__ = ["decomposed", "composed", "composite_rule"]
@@ -62,9 +69,51 @@ _DECOMPOSED = (
 )
 
 
+# The plan of an op that is not all-Replicate (or whose fast path does not apply): decompose.
+_DECOMPOSE = ("decompose",)
+
+
+def _replicated(func, args, kwargs):
+    """``run(args, kwargs)`` when every operand is whole on every rank and the op has one
+    result and writes nothing (batch norm's running statistics go through the
+    decomposition); else ``_DECOMPOSE``."""
+    if func is aten.as_strided_copy.default or ShardedTensor.op_aliasing(func).writes:
+        return _DECOMPOSE  # as_strided's offsets name the global storage, not the local's
+    for a in (*args, *kwargs.values()):
+        if type(a) is ShardedTensor:
+            if not all(p.is_replicate() for p in placements_of(a)):
+                return _DECOMPOSE
+        elif (type(a) is list or type(a) is tuple) and any(isinstance(b, torch.Tensor) for b in a):
+            return _DECOMPOSE  # tensors in a list (block_diag, _chunk_cat): not unwrapped below
+    mesh, coord = spec_of(func, args, kwargs)
+    fast = fast_plan(func, global_meta(func, args, kwargs), mesh, (Replicate(),) * mesh.ndim, coord)
+    if fast is None:
+        return _DECOMPOSE
+    # The OpOverload, not fast_plan's Python binding: the arguments come from dispatch, which
+    # leaves out those at their defaults, and the nn losses' bindings default ``reduction``
+    # to 0 ('none') where the schema says Mean.
+    op, make = _compat.raw_op(func), fast[1]
+    if not kwargs:
+        positional = on_locals(op, make, args)
+        return lambda args, kwargs: positional(args)
+
+    def run(args, kwargs):
+        return make(op(*[a.local if type(a) is ShardedTensor else a for a in args],
+                       **{k: v.local if type(v) is ShardedTensor else v for k, v in kwargs.items()}))
+
+    return run
+
+
+_replicated_plan = planned(_replicated)
+
+
 @ShardedTensor.implements(*_DECOMPOSED)
 def decomposed(func, types, args, kwargs):
-    """Run torch's decomposition of ``func`` on the ShardedTensors (each step by its rule)."""
+    """Run torch's decomposition of ``func`` on the ShardedTensors (each step by its rule),
+    or, all operands Replicate, ``func`` itself on the locals."""
+    run = _replicated_plan(func, args, kwargs)
+    if run is not _DECOMPOSE:
+        return run(args, kwargs)
     return _compat.decomposition(func)(*args, **kwargs)
 
 
