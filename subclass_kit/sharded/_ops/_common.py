@@ -111,8 +111,10 @@ def _all_ints(a) -> bool:
 def _key(func, args, kwargs, numbers_by_type: bool):
     # The common arguments (a ShardedTensor with its signature number, a number, None, a
     # dtype, a size list) inline, each giving what ``_sig`` would: this is most of the
-    # per-op cost of a cached plan.
-    key = [func]
+    # per-op cost of a cached plan. The op enters as its id (an int hashes in C, an
+    # OpOverload in a Python __hash__); ``_held`` keeps every op of a stored key alive, so
+    # its id is never reused.
+    key = [id(func)]
     for a in args:
         t = type(a)
         if t is ShardedTensor:
@@ -142,6 +144,13 @@ def _kw_key(kwargs, numbers_by_type: bool) -> tuple:
     return tuple(kw)
 
 
+_HELD: dict = {}  # id(op) -> op, for every op a cache has stored a key of (never cleared)
+
+
+def _held(func) -> None:
+    _HELD.setdefault(id(func), func)
+
+
 def _remember(cache: dict, key, value):
     if len(cache) >= _MAX_ENTRIES:
         cache.clear()
@@ -169,16 +178,16 @@ def planned(build, *, numbers_by_type: bool = False):
             key = s = args[0]._sig
             if s is not None:
                 if n == 1:
-                    key = (func, s)
+                    key = (id(func), s)
                 else:
                     b = args[1]
                     t = type(b)
                     if t is ShardedTensor:
-                        key = None if b._sig is None else (func, s, b._sig)
+                        key = None if b._sig is None else (id(func), s, b._sig)
                     elif numbers_by_type and (t is float or t is int or t is bool):
-                        key = (func, s, t)
+                        key = (id(func), s, t)
                     elif t is list and _all_ints(b):
-                        key = (func, s, ("ints", *b))
+                        key = (id(func), s, ("ints", *b))
                     else:
                         key = None
             if key is not None:
@@ -194,6 +203,7 @@ def planned(build, *, numbers_by_type: bool = False):
         except TypeError:  # symbolic sizes or unhashable arguments
             return build(func, args, kwargs)
         if hit is None:
+            _held(func)
             hit = _remember(plans, key, build(func, args, kwargs))
         return hit
 
@@ -324,6 +334,7 @@ def global_meta(func, args, kwargs):
             hit = _retrack(hit, args, kwargs)
         return hit
     if hit is None:
+        _held(func)
         hit = _remember(_META_CACHE, key, _compute_meta(func, args, kwargs))
     return hit
 
