@@ -49,3 +49,12 @@ def test_time_ops_records_and_table():
     assert "| all |" in md and f"| {worst[1]} |" in md
     every = md.split("Every op timed")[1]
     assert all(f"\n| {op} |" in every for op in OPS if any("ratio" in r for r in r0[op].values()))
+
+
+def test_the_coverage_verdict_is_the_worse_of_the_ranks():
+    ok = {"status": "pass", "R": ("pass", ""), "P": ("pass", ""), "gathered": []}
+    wrong_on_1 = {"status": "wrong", "R": ("pass", ""), "P": ("wrong", "values differ"), "gathered": []}
+    skip = {"status": "skip", "R": ("skip", "no sample"), "gathered": []}
+    got = coverage_table.worse_of_ranks({"conv1d": ok, "add": ok, "x": skip}, {"conv1d": wrong_on_1, "add": ok, "x": skip})
+    assert got["conv1d"]["status"] == "wrong" and got["conv1d"]["P"] == ("wrong", "rank 1: values differ")
+    assert got["conv1d"]["R"] == ("pass", "") and got["add"] == ok and got["x"]["status"] == "skip"
