@@ -781,18 +781,24 @@ def fast_op_for(func, args: tuple, kwargs: dict):
     with the very arguments given. The parser chooses an overload from the arguments' types
     and keyword names alone, so the answer holds for every call of those types (a cached
     plan's key pins them). The binding parses in C++ where the boxed call goes through
-    pybind (``add`` ~0.4 us less, ``var`` with ``correction=`` ~0.9 us). Not while tracing:
-    speed does not matter there, and the trace sees the op either way.
+    pybind (``add`` ~0.4 us less, ``var`` with ``correction=`` ~0.9 us). ``fast_op``'s own
+    binding is asked the same way, and refused where it dispatches other arguments (a
+    binding default that differs from the schema's). Not while tracing: speed does not
+    matter there, and the trace sees the op either way.
     """
     op = fast_op(func)
-    if op is not raw_op(func) or not _one_tensor_out(func) or in_fake_or_proxy_mode():
+    if func in _TENSOR_METHODS or in_fake_or_proxy_mode():
         return op
     key = (func, _type_tree(args), tuple([(k, _type_tree(v)) for k, v in kwargs.items()]))
     hit = _BINDINGS.get(key)
     if hit is None:
-        binding = _binding_named(func)
+        raw = raw_op(func)
+        # fast_op's own binding is asked too: a binding's default may differ from the
+        # schema's (torch._C._nn.mse_loss defaults reduction to 'none', the op to 'mean'), and
+        # dispatch leaves out arguments at the schema's default.
+        binding = op if op is not raw else _binding_named(func) if _one_tensor_out(func) else None
         ok = binding is not None and _dispatches_itself(binding, func, tuple(args), dict(kwargs))
-        hit = _BINDINGS[key] = binding if ok else op
+        hit = _BINDINGS[key] = binding if ok else raw
     return hit
 
 

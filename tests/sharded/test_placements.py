@@ -186,6 +186,10 @@ def test_fast_op_for_takes_the_binding_only_where_it_dispatches_the_overload_its
     assert _compat.fast_op_for(aten.var.dim, (x, [1], True, False), {}) is raw
     # Several results: the binding returns a named tuple where the op returns a tuple.
     assert _compat.fast_op_for(aten.max.dim, (x, 1), {}) is aten.max.dim._op
+    # One functional overload, but the binding's default reduction is 'none' where the
+    # schema's is 'mean', and dispatch leaves an argument at its default out: asked, refused.
+    assert _compat.fast_op_for(aten.mse_loss.default, (x, x), {}) is aten.mse_loss.default._op
+    assert _compat.fast_op_for(aten.mse_loss.default, (x, x, 0), {}) is torch._C._nn.mse_loss
     # While tracing the trace sees the op either way: never asked there.
     with FakeTensorMode():
         f = torch.empty(4, 8)
