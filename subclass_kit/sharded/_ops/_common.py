@@ -114,7 +114,7 @@ def _key(func, args, kwargs, numbers_by_type: bool):
     # per-op cost of a cached plan. The op enters as its id (an int hashes in C, an
     # OpOverload in a Python __hash__); ``_held`` keeps every op of a stored key alive, so
     # its id is never reused.
-    key = [id(func)]
+    key: list = [id(func)]
     for a in args:
         t = type(a)
         if t is ShardedTensor:
