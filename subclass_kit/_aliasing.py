@@ -53,8 +53,11 @@ class OpAliasing:
         self.write_args = None
         self.multi = False
         # The common view (view, t, detach, slice ...): one result viewing the first argument.
+        # Not view.dtype: whether its result is aliased depends on the element sizes (see
+        # _resizes_elements), which correct_aliasing checks and the fast paths would skip.
         self.simple_view = (
             self.view_pairs == ((0, 0),) and not self.inplace_view and info.outs_write_aliases is None
+            and func is not torch.ops.aten.view.dtype
         )
         if info.outs_write_aliases is not None:
             locs = []
@@ -138,6 +141,8 @@ def correct_aliasing(
             out = x
         return _compat.return_and_correct_aliasing(func, args, kwargs, out)
     if p.view_pairs:
+        if func is _VIEW_DTYPE and _resizes_elements(args[0], out):
+            return out
         outs = out if isinstance(out, tuple) else (out,)
         for ai, oi in p.view_pairs:
             a, r = args[ai], outs[oi]
@@ -154,6 +159,26 @@ def correct_aliasing(
         idx, name = w[0]
         return _arg(args, kwargs, idx, name)
     return type(out)(_arg(args, kwargs, idx, name) for idx, name in w)
+
+
+_VIEW_DTYPE = torch.ops.aten.view.dtype
+
+
+def _resizes_elements(x, out) -> bool:
+    """``x.view(dtype)`` to another element size, traced: its result is left unaliased.
+
+    AOTAutograd rebuilds a compiled output that views an input of a wrapper subclass as
+    ``input.as_strided(out.size(), out.stride(), out.storage_offset()).view(out.dtype)``:
+    the geometry counts elements of the output's dtype but is applied in the input's, so
+    an element-size change names the wrong elements (an error on a small enough input, a
+    wrong shape or wrong values otherwise). Not aliased, the output is the graph's own
+    result (whose inner tensors still view the input's); eager keeps the alias.
+    """
+    return (
+        type(out) is type(x)
+        and out.dtype.itemsize != x.dtype.itemsize
+        and _compat.in_fake_or_proxy_mode()
+    )
 
 
 def _adopt_view(func, x, view):

@@ -128,3 +128,108 @@ def dynamic_views(backend: str) -> dict:
             close(fc(_place(X, mesh, p)).full_tensor(), f(X), rtol=0, atol=0, msg=lambda m: f"dynamic {key} {n}: {m}")
         res[key] = cnt.frame_count
     return res
+
+
+#: Views reached by the paths below: one keeping the shard, one gathering it.
+_KEPT_AND_GATHERED = {"rows S1": (VIEWS["rows"][0], S1),
+                      "rows, strided cols, select S2": (VIEWS["rows, strided cols, select"][0], S2)}
+
+
+def _same_view(got, want, key) -> None:
+    close(got.full_tensor(), want, rtol=0, atol=0, msg=lambda m: f"{key}: {m}")
+    assert (got.stride(), got.storage_offset()) == (want.stride(), want.storage_offset()), key
+
+
+def exported_views() -> dict:
+    """torch.export (strict and not) of a module returning a view of a ShardedTensor input,
+    or of its ShardedTensor parameter (strict export unwraps it in a traced
+    ``__tensor_unflatten__``): the exported program's result against dense. Returns the
+    placements of each result."""
+    mesh = _mesh()
+    X = torch.randn(4, 6, 8, generator=torch.Generator().manual_seed(11))
+    res = {}
+    for key, (f, p) in _KEPT_AND_GATHERED.items():
+        for strict in (False, True):
+
+            class Input(torch.nn.Module):
+                def forward(self, x):
+                    return f(x)
+
+            class Param(torch.nn.Module):
+                def __init__(self, w):
+                    super().__init__()
+                    self.w = torch.nn.Parameter(w, requires_grad=False)
+
+                def forward(self, x):
+                    return f(self.w), x + 1
+
+            # "view param": the parameter is itself a view (its outer offset, 48 for Shard(1),
+            # is not its local's): what the rebuild dynamo records takes no offset for.
+            for kind, m, args, want in (("input", Input(), (_place(X, mesh, p),), f(X)),
+                                        ("param", Param(_place(X, mesh, p)), (torch.ones(3),), f(X)),
+                                        ("view param", Param(_place(X, mesh, p)[1:]), (torch.ones(3),), f(X[1:]))):
+                name = f"{key} {kind} {'strict' if strict else 'nonstrict'}"
+                with torch.no_grad():
+                    out = torch.export.export(m, args, strict=strict).module()(*args)
+                out = out if kind == "input" else out[0]
+                _same_view(out, want, name)
+                res[name] = repr(out.placements)
+    return res
+
+
+def views_across_a_graph_break(backend: str) -> dict:
+    """A view made in one compiled frame and used in the next (a graph break between), and
+    ``backward()`` through both: values and the input's gradient against dense. Returns
+    the frame count per case."""
+    mesh = _mesh()
+    res = {}
+    for key, (f, p) in _KEPT_AND_GATHERED.items():
+        for src in ("input", "intermediate"):
+
+            def g(t):
+                v = f(t) if src == "input" else f(t * 2)
+                torch._dynamo.graph_break()
+                return v * 3
+
+            X = torch.randn(4, 6, 8, generator=torch.Generator().manual_seed(12))
+            W = torch.randn(f(X).shape, generator=torch.Generator().manual_seed(13))
+            wy, wg = _dense(g, X, W)
+            torch._dynamo.reset()
+            cnt = CompileCounterWithBackend(backend)
+            y, gr = _run(g, X, W, mesh, p, torch.compile(g, backend=cnt))
+            close(y.full_tensor(), wy, rtol=0, atol=0, msg=lambda m: f"{key} {src}: {m}")
+            close(gr.full_tensor(), wg, msg=lambda m: f"{key} {src} grad: {m}")
+            res[f"{key} {src}"] = cnt.frame_count
+    return res
+
+
+#: ``x.view(dtype)`` returned from a compiled function: to a smaller and a larger element
+#: size, and the same size (of a gathered view, whose local is laid out unlike the global).
+DTYPE_VIEWS = {
+    "cols to int16 S0": (lambda t: t[:, :, -2:].view(torch.int16), S0),
+    "rows to int16 S1": (lambda t: t[1:3].view(torch.int16), S1),
+    "cols to float64 S2": (lambda t: t[1:, :, 4:].view(torch.float64), S2),
+    "gathered to int32 S2": (lambda t: VIEWS["rows, strided cols, select"][0](t).view(torch.int32), S2),
+    "rows to int32 S1": (lambda t: t[1:3].view(torch.int32), S1),
+}
+
+
+def dtype_views(backend: str) -> dict:
+    """Each of :data:`DTYPE_VIEWS` eager and compiled (static, then ``dynamic=True``), on two
+    sizes of the last dim: value, stride and offset against dense. Returns the frame count
+    per (view, dynamic)."""
+    mesh = _mesh()
+    res = {}
+    for key, (f, p) in DTYPE_VIEWS.items():
+        for dynamic in (False, True):
+            torch._dynamo.reset()
+            cnt = CompileCounterWithBackend(backend)
+            fc = torch.compile(f, backend=cnt, dynamic=dynamic)
+            for n in (8, 12):
+                X = torch.randn(4, 6, n, generator=torch.Generator().manual_seed(n))
+                x = _place(X, mesh, p)
+                if not dynamic:
+                    _same_view(f(x), f(X), f"eager {key} {n}")
+                _same_view(fc(x), f(X), f"compiled {key} dynamic={dynamic} {n}")
+            res[f"{key} dynamic={dynamic}"] = cnt.frame_count
+    return res

@@ -197,3 +197,27 @@ def test_compiled_view_of_an_input_is_a_view():
     assert type(out) is TwoTensor and torch.equal(out.a, x.a.t()[1:]) and out.stride() == x.a.t()[1:].stride()
     out.add_(1)  # writes through to the caller's tensor, as in eager
     assert torch.equal(x.a.t()[1:], out.a)
+
+
+@pytest.mark.parametrize(
+    "view",
+    [
+        pytest.param(lambda x: x[:, -2:].view(torch.int16), id="float-to-int16-slice"),
+        pytest.param(lambda x: x.view(torch.int16), id="float-to-int16"),
+        pytest.param(lambda x: x.view(torch.int16)[1:, 4:].view(torch.float64), id="int16-to-float64"),
+        pytest.param(lambda x: x[1:].view(torch.int32), id="same-size"),
+    ],
+)
+def test_compiled_dtype_view_of_an_input_matches_eager(view):
+    # AOTAutograd rebuilds an output view of a wrapper input as as_strided(the output's
+    # size, stride, offset).view(its dtype): counted in the output's elements but applied in
+    # the input's, wrong across element sizes (torch raised "out of bounds", or gave another
+    # shape). Such an output is left unaliased while traced: the graph's own result.
+    x = _two(4, 8)
+    want = view(x.a)
+    compiled, cnt = compile_counted(view, "aot_eager")
+    out = compiled(x)
+    assert type(out) is TwoTensor and cnt.frame_count == 1
+    assert torch.equal(out.a, want) and torch.equal(out.b, view(x.b))
+    assert (out.stride(), out.storage_offset()) == (want.stride(), want.storage_offset())
+    assert out.a.untyped_storage().data_ptr() == x.a.untyped_storage().data_ptr()  # still x's data

@@ -157,7 +157,12 @@ def _write_back(func, args, kwargs, local_args, local_kwargs, written, mesh, coo
 
 def _wrap_outputs(func, args, kwargs, res, mesh, coord, full, gathered_view):
     metas = None
-    if not _compat.tracing_symbolically():
+    if func is _VIEW_DTYPE and args[0].dtype.itemsize == res.dtype.itemsize:
+        # Reinterpreted in place: the input's global geometry, also while tracing (where the
+        # local's offset would name other elements when AOTAutograd replays the output).
+        x = args[0]
+        metas = TensorMeta(tuple(x.shape), tuple(x.stride()), res.dtype, x.storage_offset())
+    elif not _compat.tracing_symbolically():
         try:
             metas = global_meta(func, args, kwargs)
         except Exception:  # data-dependent shapes, or no meta kernel: the local result knows
@@ -185,6 +190,9 @@ def _wrap_outputs(func, args, kwargs, res, mesh, coord, full, gathered_view):
             (type(r)(one(x, None) for x in r) if type(r) in _SEQ else one(r, m)) for r, m in zip(res, ms)
         )
     return res
+
+
+_VIEW_DTYPE = torch.ops.aten.view.dtype
 
 
 def _inplace_view(func, args, kwargs, plan, calls):

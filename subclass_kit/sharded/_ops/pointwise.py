@@ -274,10 +274,25 @@ def whole_view(func, types, args, kwargs):
     if not all(p.is_replicate() for p in pl):
         return ShardedTensor.__fallback__(func, types, args, kwargs)
     out = fallbacks.map_inner(func, types, args, kwargs)
+    if type(out) is ShardedTensor and not _laid_out_as_local(x):
+        # A gathered view (its local a compact copy, its global offset and strides the
+        # dense view's): the local's geometry would be another view's. The dense view's
+        # instead, which AOTAutograd replays a compiled output view of an input at.
+        m = global_meta(func, args, kwargs)
+        mesh, pl, coord = spec(x)
+        view = wrap_out(out.local, m, mesh, pl, coord)
+        view._gathered_view = x._gathered_view
+        return ShardedTensor.correct_aliasing(func, args, kwargs, view)
     for r in (out if type(out) in (list, tuple) else (out,)):
         if type(r) is ShardedTensor:
             r._sig = sig_of(ctx_of(r), tuple(r.shape), tuple(r.stride()), r.storage_offset())
     return out
+
+
+def _laid_out_as_local(x) -> bool:
+    local = x.local
+    return _compat.known_equal(x.storage_offset(), local.storage_offset()) and all(
+        _compat.known_equal(a, b) for a, b in zip(x.stride(), local.stride()))
 
 
 # Chosen by the class's op classification (consulted before the kit's built-in view
