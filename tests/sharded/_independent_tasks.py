@@ -196,3 +196,62 @@ def errors_on_every_rank() -> dict:
         close(distribute(D, mesh, [Shard(0)]).full_tensor(), D)
         out[name] = "raised" if got is not None else "passed"
     return out
+
+
+_ROWS = torch.tensor([4, 0, 2, 2])
+
+# name -> (op, whether a Partial('sum') passes): ops that only move, copy or zero elements
+# keep a pending reduction pending (the along-dims rule's ``_PASSES``); a nonzero pad value
+# passes max/min/avg (every rank pads with it) but not a sum (counted once per rank).
+MOVERS = {
+    "flip": (lambda t: t.flip(1), True),
+    "fliplr": (torch.fliplr, True),
+    "flipud": (torch.flipud, True),
+    "rot90": (lambda t: torch.rot90(t, 1, (1, 2)), True),
+    "roll": (lambda t: t.roll(2, 1), True),
+    "fftshift": (lambda t: torch.fft.fftshift(t, dim=(1, 2)), True),
+    "ifftshift": (lambda t: torch.fft.ifftshift(t), True),
+    "pad zeros": (lambda t: F.pad(t, (1, 2, 0, 1)), True),
+    "pad 1.5": (lambda t: F.pad(t, (1, 2), value=1.5), False),
+    "tile": (lambda t: t.tile(2, 1), True),
+    "repeat new dim": (lambda t: t.repeat(2, 1, 1, 3), True),
+    "tril": (lambda t: t.tril(-1), True),
+    "index_select": (lambda t: t.index_select(2, _ROWS), True),
+}
+
+
+def movers() -> dict:
+    """Each ``MOVERS`` op on a Partial('sum') (halves: exact in float64) and a Partial('max')
+    (each rank's addend at most the value, one rank's equal), and ``tile``/``repeat`` on a
+    shard of a dim they do not repeat: values and (for the sum) gradients equal dense, the
+    result's placements and the forward's collectives."""
+    mesh = _mesh()
+    rank, n = dist.get_rank(), dist.get_world_size()
+    out: dict = {}
+    g = torch.Generator().manual_seed(21)
+    D = torch.randn(3, 5, 6, generator=g, dtype=torch.float64)
+    below = torch.rand(D.shape, generator=g, dtype=torch.float64)
+    for name, (fn, _) in MOVERS.items():
+        d = D.clone().requires_grad_(True)
+        ref = fn(d)
+        w = torch.randn(ref.shape, generator=g, dtype=ref.dtype)
+        (ref * w).sum().backward()
+        for op in ("sum", "max"):
+            local = D / n if op == "sum" else (D if rank == (1 if n > 1 else 0) else D - below)
+            x = ShardedTensor.from_local(local, mesh, [Partial(op)], shape=D.shape)
+            x.requires_grad_(op == "sum")
+            with Comms() as comms:
+                y = fn(x)
+            placements = repr(tuple(y.placements))
+            close(y.full_tensor(), ref.detach(), msg=f"{name} of Partial({op})")
+            if op == "sum":
+                (y * w).sum().backward()
+                close(x.grad.full_tensor(), d.grad, msg=f"grad of {name} of Partial({op})")
+            out[f"{name} {op}"] = {"placements": placements, "comms": comms.total()}
+    for name, fn in (("tile", lambda t: t.tile(1, 2)), ("repeat", lambda t: t.repeat(1, 1, 3))):
+        x = distribute(D, mesh, [Shard(1)])
+        with Comms() as comms:
+            y = fn(x)
+        close(y.full_tensor(), fn(D), msg=f"{name} of Shard(1)")
+        out[f"{name} Shard(1)"] = {"placements": repr(tuple(y.placements)), "comms": comms.total()}
+    return out

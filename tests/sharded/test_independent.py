@@ -55,3 +55,18 @@ def test_factorization_errors_raise_on_every_rank():
     assert results[0] == results[1]
     # Each op's dense form raises on this batch; so does each rank.
     assert set(results[0].values()) == {"raised"}, results[0]
+
+
+def test_ops_that_move_elements_keep_a_partial_with_no_collective():
+    results = world(2).run(_independent_tasks.movers, timeout=TIMEOUT)
+    assert results[0] == results[1]
+    for name, (_, sum_passes) in _independent_tasks.MOVERS.items():
+        assert results[0][f"{name} max"] == {"placements": "(Partial('max'),)", "comms": 0}, name
+        got = results[0][f"{name} sum"]
+        if sum_passes:
+            assert got == {"placements": "(Partial('sum'),)", "comms": 0}, name
+        else:  # each rank would add the pad value: reduced first
+            assert got["placements"] == "(Replicate(),)" and got["comms"] > 0, (name, got)
+    # tile/repeat keep a shard of a dim they do not repeat.
+    for name in ("tile", "repeat"):
+        assert results[0][f"{name} Shard(1)"] == {"placements": "(Shard(1),)", "comms": 0}, name

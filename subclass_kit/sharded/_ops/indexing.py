@@ -4,7 +4,9 @@ gather, scatter, index_put, index_add and the ``*_backward`` ops autograd emits 
 
 - *Along dims*: a shard on a dim the op works along is gathered first; shards on the other
   dims stay where they are (their slices are independent), shifting past a dim the op
-  removes (``max(dim)`` without ``keepdim``). Partial inputs are reduced first.
+  removes (``max(dim)`` without ``keepdim``). Partial inputs are reduced first -- except
+  through an op that only moves, copies or zeroes elements (flip, roll, repeat, tril, pad
+  with zeros, index_select: ``_PASSES``), which keeps a pending reduction pending.
 - *By positions*: the positions are global indices, so every operand is made whole
   (Replicate) and the op runs on every rank alike; the result is Replicate -- except that
   ``gather``/``scatter``/``scatter_add``/``scatter_reduce`` (positions along one dim, what
@@ -58,6 +60,14 @@ def _padded(args, kwargs, nd):
     return {nd - 1 - i for i in range(len(pad) // 2) if pad[2 * i] != 0 or pad[2 * i + 1] != 0}
 
 
+def _repeated(args, kwargs, nd):
+    """repeat's dims: those repeated, or all where it adds leading dims (a shard would shift)."""
+    reps = _arg(args, kwargs, 1, "repeats")
+    if len(reps) != nd:
+        return _all(nd)
+    return {d for d in range(nd) if reps[d] != 1}
+
+
 def _reduced_dim(args, kwargs, nd):
     """(dims worked along, dims removed from the result) of max.dim / argmax & co."""
     dim = _arg(args, kwargs, 1, "dim")
@@ -101,6 +111,33 @@ _ALONG = {
     aten.nanmedian.dim: _reduced_dim,
     aten.median.default: lambda a, k, nd: (_all(nd), _all(nd)),
     aten.nanmedian.default: lambda a, k, nd: (_all(nd), _all(nd)),
+    aten.repeat.default: _repeated,
+}
+
+
+def _moves(a, k, op) -> bool:
+    # Each result element is one input element, or a zero every rank writes: the pending
+    # reduction of the ranks' addends is the same op of their results (a reduction of zeros
+    # is zero), for sum, avg, max and min alike.
+    return True
+
+
+def _pad_value(a, k, op) -> bool:
+    # Every rank pads with the value: max/min/avg of it over the ranks is the value, a sum
+    # counts it once per rank.
+    return op != "sum" or _arg(a, k, 2, "value", 0) == 0
+
+
+# op -> (args, kwargs, the Partial's op) -> whether a Partial of the first operand passes
+# through the op, the result keeping it pending with no communication (as DTensor does).
+_PASSES = {
+    aten.flip.default: _moves,
+    aten.roll.default: _moves,
+    aten.repeat.default: _moves,
+    aten.index_select.default: _moves,
+    aten.tril.default: _moves,
+    aten.triu.default: _moves,
+    aten.constant_pad_nd.default: _pad_value,
 }
 
 
@@ -145,8 +182,12 @@ def along_decide(func, args, kwargs):
     mesh, cur, coord = spec(x)
     got = _ALONG[func](args, kwargs, x.dim())
     dims, gone = got if type(got) is tuple else (got, set())
+    passes = _PASSES.get(func)
     target = tuple(
-        Replicate() if p.is_partial() or (p.is_shard() and p.dim in dims) else p for p in cur
+        Replicate()
+        if (p.is_partial() and (passes is None or not passes(args, kwargs, getattr(p, "op", None))))
+        or (p.is_shard() and p.dim in dims) else p
+        for p in cur
     )
     out_pl = tuple(Shard(p.dim - sum(d < p.dim for d in gone)) if p.is_shard() else p for p in target)
     meta = global_meta(func, args, kwargs)
@@ -221,7 +262,7 @@ def triangle_inplace(func, types, args, kwargs):
 _BY_POSITIONS = (
     aten.index.Tensor, aten.take_along_dim.default, aten.masked_select.default,
     aten.index_add.default, aten.index_copy.default, aten.index_fill.int_Scalar,
-    aten.index_put.default, aten.repeat.default,
+    aten.index_put.default,
     aten.unfold_backward.default, aten.masked_scatter.default,
 )
 
