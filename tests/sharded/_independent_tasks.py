@@ -220,11 +220,17 @@ MOVERS = {
 }
 
 
-def movers() -> dict:
+def _movers_chain(t):
+    return F.pad(torch.rot90(t, 1, (1, 2)).roll(1, 2), (1, 1)).tile(1, 2, 1).tril()
+
+
+def movers(backend: str = "aot_eager") -> dict:
     """Each ``MOVERS`` op on a Partial('sum') (halves: exact in float64) and a Partial('max')
     (each rank's addend at most the value, one rank's equal), and ``tile``/``repeat`` on a
     shard of a dim they do not repeat: values and (for the sum) gradients equal dense, the
-    result's placements and the forward's collectives."""
+    result's placements and the forward's collectives. And a chain of them on a
+    Partial('sum') compiled with ``backend`` (fullgraph): one graph, values and gradients
+    equal dense, the result still Partial."""
     mesh = _mesh()
     rank, n = dist.get_rank(), dist.get_world_size()
     out: dict = {}
@@ -254,4 +260,16 @@ def movers() -> dict:
             y = fn(x)
         close(y.full_tensor(), fn(D), msg=f"{name} of Shard(1)")
         out[f"{name} Shard(1)"] = {"placements": repr(tuple(y.placements)), "comms": comms.total()}
+    d = D.clone().requires_grad_(True)
+    ref = _movers_chain(d)
+    w = torch.randn(ref.shape, generator=g, dtype=ref.dtype)
+    (ref * w).sum().backward()
+    torch._dynamo.reset()
+    cnt = CompileCounterWithBackend(backend)
+    x = ShardedTensor.from_local(D / n, mesh, [Partial("sum")], shape=D.shape).requires_grad_(True)
+    y = torch.compile(_movers_chain, backend=cnt, fullgraph=True)(x)
+    close(y.full_tensor(), ref.detach(), msg="compiled chain")
+    (y * w).sum().backward()
+    close(x.grad.full_tensor(), d.grad, msg="compiled grad of the chain")
+    out["compiled chain"] = {"frames": cnt.frame_count, "placements": repr(tuple(y.placements))}
     return out

@@ -70,3 +70,5 @@ def test_ops_that_move_elements_keep_a_partial_with_no_collective():
     # tile/repeat keep a shard of a dim they do not repeat.
     for name in ("tile", "repeat"):
         assert results[0][f"{name} Shard(1)"] == {"placements": "(Shard(1),)", "comms": 0}, name
+    # Compiled (aot_eager, fullgraph): one graph, still pending.
+    assert results[0]["compiled chain"] == {"frames": 1, "placements": "(Partial('sum'),)"}
