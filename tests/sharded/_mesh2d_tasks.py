@@ -73,6 +73,10 @@ def _g(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def _conv2d(x, w, b):
+    return F.conv2d(x, w, b, padding=1)
+
+
 def _image(g):
     # (N, C, H, W): C = 5 and H = 6 are uneven or odd-chunked over a mesh dim of 2 (3 + 2).
     return torch.randn(4, 5, 6, 6, generator=g, dtype=torch.float64)
@@ -224,17 +228,17 @@ CASES: dict = {
     "inv S2,S1": Case("independent", torch.linalg.inv, ((_spd, (S2, S1)),)),
     "inv P,S0": Case("independent", torch.linalg.inv, ((_spd, (P, S0)),)),
     # convolution: batch shard of the input, out-channel shard of the weight
-    "conv2d x S0,R w R,S0": Case("conv", lambda x, w, b: F.conv2d(x, w, b, padding=1),
+    "conv2d x S0,R w R,S0": Case("conv", _conv2d,
                                  ((_image, (S0, R)), (_weight, (R, S0)), (_bias, (R, R)))),
-    "conv2d x R,S0 w S0,R b S0,R": Case("conv", lambda x, w, b: F.conv2d(x, w, b, padding=1),
+    "conv2d x R,S0 w S0,R b S0,R": Case("conv", _conv2d,
                                         ((_image, (R, S0)), (_weight, (S0, R)), (_bias, (S0, R)))),
-    "conv2d x R,S0 w R,S0": Case("conv", lambda x, w, b: F.conv2d(x, w, b, padding=1),
+    "conv2d x R,S0 w R,S0": Case("conv", _conv2d,
                                  ((_image, (R, S0)), (_weight, (R, S0)), (_bias, (R, R)))),
-    "conv2d x S0,S2": Case("conv", lambda x, w, b: F.conv2d(x, w, b, padding=1),
+    "conv2d x S0,S2": Case("conv", _conv2d,
                            ((_image, (S0, S2)), (_weight, (R, R)), (_bias, (R, R)))),
-    "conv2d x S0,S1": Case("conv", lambda x, w, b: F.conv2d(x, w, b, padding=1),
+    "conv2d x S0,S1": Case("conv", _conv2d,
                            ((_image, (S0, S1)), (_weight, (R, R)), (_bias, (R, R)))),
-    "conv2d x S0,P": Case("conv", lambda x, w, b: F.conv2d(x, w, b, padding=1),
+    "conv2d x S0,P": Case("conv", _conv2d,
                           ((_image, (S0, P)), (_weight, (R, R)), (_bias, (R, R)))),
     # var / std over sharded dims: two result-sized sums
     "var dim1 S0,S1": Case("reduction", lambda t: torch.var(t, dim=1), ((_cube, (S0, S1)),)),
@@ -279,7 +283,7 @@ CASES: dict = {
     "pixel_shuffle S0,S1": Case("independent", lambda t: F.pixel_shuffle(t, 2), ((_image4, (S0, S1)),)),
     "grid_sample x S0,R grid R,S0": Case("independent", lambda x, g: F.grid_sample(x, g, align_corners=False),
                                         ((_image, (S0, R)), (_grid, (R, S0)))),
-    "conv2d x S0,R w S0,R": Case("conv", lambda x, w, b: F.conv2d(x, w, b, padding=1),
+    "conv2d x S0,R w S0,R": Case("conv", _conv2d,
                                  ((_image, (S0, R)), (_weight, (S0, R)), (_bias, (R, R)))),
     "conv_transpose2d x S0,R w R,S1": Case("conv", lambda x, w: F.conv_transpose2d(x, w, stride=2),
                                            ((_image, (S0, R)), (_tweight, (R, S1)))),

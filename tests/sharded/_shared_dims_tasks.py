@@ -34,6 +34,11 @@ def _randn(*shape):
     return lambda g: torch.randn(*shape, generator=g, dtype=F64)
 
 
+def _scores(g):
+    """A margin loss's input: 5 samples (uneven over 2 ranks) by 4 classes."""
+    return [_randn(5, 4)(g)]
+
+
 _CLASSES = torch.tensor([2, 0, 3, 3, 1])  # one target class per sample (5 samples: uneven)
 _LABELS = torch.tensor([[3, 0, -1, 1], [1, -1, 0, 0], [0, 2, 3, -1], [2, -1, 1, 1], [1, 3, -1, 0]])
 _WEIGHT = torch.tensor([0.5, 1.0, 2.0, 1.5], dtype=F64)
@@ -77,23 +82,23 @@ def _ctc_tensor_lengths(lp):
 # whole by the rule).
 CASES = {
     "multi_margin_loss none": (
-        lambda g: [torch.randn(5, 4, generator=g, dtype=F64)],
+        _scores,
         lambda x: F.multi_margin_loss(x, _CLASSES, reduction="none"),
         {"S0": [S0], "S1 gathers": [S1], "P gathers": [P]}),
     "multi_margin_loss mean weighted p=2": (
-        lambda g: [torch.randn(5, 4, generator=g, dtype=F64)],
+        _scores,
         lambda x: F.multi_margin_loss(x, _CLASSES, p=2, margin=0.7, weight=_WEIGHT),
         {"S0": [S0], "R": [R]}),
     "multi_margin_loss sum": (
-        lambda g: [torch.randn(5, 4, generator=g, dtype=F64)],
+        _scores,
         lambda x: F.multi_margin_loss(x, _CLASSES, reduction="sum"),
         {"S0": [S0]}),
     "multilabel_margin_loss mean": (
-        lambda g: [torch.randn(5, 4, generator=g, dtype=F64)],
+        _scores,
         lambda x: F.multilabel_margin_loss(x, _LABELS),
         {"S0": [S0], "S1 gathers": [S1]}),
     "multilabel_margin_loss none": (
-        lambda g: [torch.randn(5, 4, generator=g, dtype=F64)],
+        _scores,
         lambda x: F.multilabel_margin_loss(x, _LABELS, reduction="none"),
         {"S0": [S0]}),
     "cdist": (
