@@ -73,7 +73,7 @@ def walk(t: torch.Tensor, base: Source = ROOT) -> Iterator[tuple[Source, torch.T
     Example:
         >>> import torch
         >>> from torch.testing._internal.two_tensor import TwoTensor
-        >>> [s.name("x") for s, _ in walk(TwoTensor(torch.ones(2), torch.ones(2)))]
+        >>> [s.name_for("x") for s, _ in walk(TwoTensor(torch.ones(2), torch.ones(2)))]
         ["L['x']", "L['x'].a", "L['x'].b"]
     """
     yield base, t

@@ -56,7 +56,7 @@ def size_sources(t: torch.Tensor) -> dict[sympy.Symbol, SizeSource]:
         >>> import torch
         >>> from torch.testing._internal.two_tensor import TwoTensor
         >>> x = TwoTensor(torch.ones(4), torch.ones(4))
-        >>> {str(k): v.name("x") for k, v in size_sources(x).items()}
+        >>> {str(k): v.name_for("x") for k, v in size_sources(x).items()}
         {'s0': "L['x'].size()[0]", 'a_0': "L['x'].a.size()[0]", 'b_0': "L['x'].b.size()[0]"}
     """
     return {
