@@ -33,7 +33,7 @@ from .free_dims import FREE
 from .protocol import ctx_of, inner_items, is_wrapper, path_of, walk, where
 from .source_types import ROOT, InnerSource, SizeSource, Source
 
-__all__ = ["size_symbol", "size_sources", "relations", "TensorShape", "analyze", "inner_shapes_of"]
+__all__ = ["size_symbol", "size_sources", "relations", "TensorShape", "analyze", "inner_shapes_of", "multiple_of"]
 
 
 def size_symbol(path: str, dim: int) -> sympy.Symbol:
@@ -163,6 +163,26 @@ def inner_shapes_of(cls: type, ndim: int, ctx: Any) -> Mapping[str, tuple] | Non
         return _evaluate(cls, ndim, ctx)
     # simplify() is slow (~0.1 s); mark_dynamic in a loop over sizes must not pay it each time.
     return _evaluate_cached(cls, ndim, ctx)
+
+
+def multiple_of(expr: Any) -> tuple[int, int, sympy.Symbol] | None:
+    """``(k, a, s)`` when ``expr`` is ``floor(a*s/k)`` (``floor_div(a*s, k)``, ``k > 1``): an
+    outer size that is a multiple of an inner size. On an instance where ``a*s`` is a
+    multiple of ``k`` the relation is stated as torch states it, ``k*inner == a*s``
+    (dynamo's ``Eq(2*s50, s77)``), not ``inner == a*s // k``. None for other forms.
+
+    Example:
+        >>> s0 = size_symbol("", 0)
+        >>> multiple_of(sympy.floor(s0 / 2)), multiple_of(sympy.ceiling(s0 / 2)), multiple_of(s0)
+        ((2, 1, s0), None, None)
+    """
+    if not isinstance(expr, sympy.floor):
+        return None
+    num, den = sympy.fraction(sympy.together(expr.args[0]))
+    a, s = num.as_coeff_Mul()
+    if not (den.is_Integer and int(den) > 1 and a.is_Integer and int(a) > 0 and s.is_Symbol):
+        return None
+    return int(den), int(a), s
 
 
 def _known(symbols, sizes) -> dict:
