@@ -30,7 +30,7 @@ import torch
 from . import _compat
 from .errors import PolicyTypeError, RelationError
 from .free_dims import FREE
-from .protocol import ctx_of, inner_items, is_wrapper, path_of, walk, where
+from .protocol import Node, path_of, tree, walk, where
 from .source_types import ROOT, InnerSource, SizeSource, Source
 
 __all__ = ["size_symbol", "size_sources", "relations", "TensorShape", "analyze", "inner_shapes_of", "multiple_of"]
@@ -194,9 +194,10 @@ def _same_int(a, b) -> bool:
     return type(a) is int and type(b) is int and a == b
 
 
-def analyze(t: torch.Tensor) -> list[TensorShape]:
+def analyze(t: "torch.Tensor | Node") -> list[TensorShape]:
     """Every tensor in ``t`` (pre-order) with its sizes as expressions in the root's symbols.
 
+    ``t`` is a tensor or its ``protocol.tree`` (read as it is, without flattening again).
     Raises ``RelationError`` when ``__inner_shapes__`` cannot be evaluated on symbols or
     contradicts the instance.
 
@@ -206,25 +207,29 @@ def analyze(t: torch.Tensor) -> list[TensorShape]:
         >>> [s.exprs for s in analyze(TwoTensor(torch.ones(4, 2), torch.ones(4, 2)))]
         [(s0, s1), (s0, s1), (s0, s1)]
     """
-    if not isinstance(t, torch.Tensor):
+    if isinstance(t, torch.Tensor):
+        t = tree(t)
+    elif not isinstance(t, Node):
         raise PolicyTypeError(f"expected a tensor, got {type(t).__name__}.")
     out: list[TensorShape] = []
     values: dict[sympy.Symbol, int] = {}
-    root_syms = tuple(size_symbol("", i) for i in range(t.dim()))
-    values.update(_known(root_syms, t.shape))
-    _analyze(t, ROOT, root_syms, root_syms, values, out)
+    root_syms = tuple(size_symbol("", i) for i in range(t.tensor.dim()))
+    values.update(_known(root_syms, t.tensor.shape))
+    _analyze(t, root_syms, root_syms, values, out)
     return out
 
 
-def _analyze(t, src, symbols, exprs, values, out, free=frozenset()) -> None:
+def _analyze(node: Node, symbols, exprs, values, out, free=frozenset()) -> None:
+    t, src = node.tensor, node.source
     out.append(TensorShape(src, t, symbols, exprs, free))
-    if not is_wrapper(t):
+    if not node.wrapper:
         return
     cls = type(t)
-    shapes = inner_shapes_of(cls, t.dim(), ctx_of(t))
+    shapes = inner_shapes_of(cls, t.dim(), node.ctx)
     canon = {size_symbol("", i): e for i, e in enumerate(exprs)}
-    for name, v in inner_items(t):
-        isrc = InnerSource(name, src)
+    for name, child in node.children:
+        v = child.tensor
+        isrc = child.source
         path = path_of(isrc)
         syms = tuple(size_symbol(path, j) for j in range(v.dim()))
         values.update(_known(syms, v.shape))
@@ -260,7 +265,7 @@ def _analyze(t, src, symbols, exprs, values, out, free=frozenset()) -> None:
                 exprs[j] if j < t.dim() and _same_int(v.size(j), t.size(j)) else syms[j]
                 for j in range(v.dim())
             )
-        _analyze(v, isrc, syms, iexprs, values, out, free)
+        _analyze(child, syms, iexprs, values, out, free)
 
 
 def _class_ndim(cls: type, ndim: int | None) -> int:
