@@ -233,7 +233,7 @@ def _analyze(node: Node, symbols, exprs, values, out, free=frozenset()) -> None:
         path = path_of(isrc)
         syms = tuple(size_symbol(path, j) for j in range(v.dim()))
         values.update(_known(syms, v.shape))
-        free: frozenset = frozenset()
+        ifree: frozenset = frozenset()
         if shapes is not None and name in shapes:
             shape = shapes[name]
             if len(shape) != v.dim():
@@ -241,11 +241,11 @@ def _analyze(node: Node, symbols, exprs, values, out, free=frozenset()) -> None:
                     f"{where(isrc)}: {cls.__name__}.__inner_shapes__ gives {len(shape)} dims "
                     f"{shape} but the tensor has {v.dim()} (shape {tuple(v.shape)})."
                 )
-            free = frozenset(j for j, e in enumerate(shape) if e is FREE)
-            iexprs = tuple(syms[j] if j in free else e.xreplace(canon) for j, e in enumerate(shape))
+            ifree = frozenset(j for j, e in enumerate(shape) if e is FREE)
+            iexprs = tuple(syms[j] if j in ifree else e.xreplace(canon) for j, e in enumerate(shape))
             for j, e in enumerate(iexprs):
                 got = v.size(j)
-                if j in free or type(got) is not int:
+                if j in ifree or type(got) is not int:
                     continue  # a nested int (jagged dim) has no value to check against
                 want = e.xreplace(values)
                 if want.free_symbols or want != got:
@@ -265,7 +265,7 @@ def _analyze(node: Node, symbols, exprs, values, out, free=frozenset()) -> None:
                 exprs[j] if j < t.dim() and _same_int(v.size(j), t.size(j)) else syms[j]
                 for j in range(v.dim())
             )
-        _analyze(child, syms, iexprs, values, out, free)
+        _analyze(child, syms, iexprs, values, out, ifree)
 
 
 def _class_ndim(cls: type, ndim: int | None) -> int:
