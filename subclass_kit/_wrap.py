@@ -27,9 +27,9 @@ from typing import Any
 
 import torch
 
-from .errors import ConstructionError, WrapGradientError
+from .errors import ConstructionError, GradientDroppedError, WrapGradientError
 
-__all__ = ["wrap", "unwrap", "graph_functions"]
+__all__ = ["wrap", "unwrap", "graph_functions", "keeps_graph"]
 
 _OUTER = ("size", "stride", "dtype", "device")
 
@@ -236,3 +236,72 @@ def graph_functions(cls):
         fn.__qualname__ = f"{cls.__qualname__}.{name}"
     _GRAPH_FUNCTIONS.append((graph_wrap, graph_unwrap))
     return _compat.allow_in_graph(graph_wrap), _compat.allow_in_graph(graph_unwrap)
+
+
+# ---- a torch-function handler that drops the graph ------------------------------------------
+# A handler that builds its result with the constructor from inner results makes a leaf: the
+# gradient stops at the result and never reaches the inputs (a weight's .grad stays None,
+# silently). Checked after each author's torch-function handler in eager mode (under
+# torch.compile the same handler was already run eagerly, or the compiled graph follows the
+# inner tensors; the check needs grad_fn, which dynamo does not trace). Functions whose
+# result has no gradient by definition (``*_like``, ``new_*``, ``detach``) are not checked.
+
+_Tensor = torch.Tensor
+_NO_GRAPH_NAMES = ("detach", "detach_", "requires_grad_", "clone_detached")
+
+
+def _wrappers(out):
+    if hasattr(type(out), "__kit__"):
+        return (out,)
+    if type(out) in (tuple, list):
+        return tuple(o for o in out if hasattr(type(o), "__kit__"))
+    return ()
+
+
+def _inputs(args, kwargs):
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, _Tensor):
+            yield a
+        elif type(a) in (tuple, list):
+            yield from (b for b in a if isinstance(b, _Tensor))
+
+
+def keeps_graph(cls, func, h, name: str):
+    """``h`` (an author's torch-function handler) followed by the check that a wrapper it
+    returns did not drop the autograd graph of its inputs (``GradientDroppedError``)."""
+    fname = getattr(func, "__name__", "")
+    if fname in _NO_GRAPH_NAMES or fname.endswith("_like") or fname.startswith("new_"):
+        return h
+
+    def checked(func, types, args, kwargs):
+        out = h(func, types, args, kwargs)
+        if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            for w in _wrappers(out):
+                if w.grad_fn is None and (w.is_floating_point() or w.is_complex()):
+                    _check_dropped(cls, name, h, w, args, kwargs)
+        return out
+
+    checked.__wrapped__ = h
+    return checked
+
+
+def _check_dropped(cls, name, h, out, args, kwargs) -> None:
+    if any(out is a for a in _inputs(args, kwargs)):
+        return  # an input handed back as it is keeps its own graph
+    needing = [a for a in _inputs(args, kwargs) if a.requires_grad]
+    graphed = [n for n, v in out.__dict__.items() if isinstance(v, _Tensor) and v.requires_grad]
+    if not needing and not graphed:
+        return
+    kind = type(out).__qualname__
+    where = f"{getattr(h, '__module__', '?')}.{getattr(h, '__qualname__', h)}"
+    why = (f"{len(needing)} of its tensor inputs require grad" if needing
+           else f"its inner tensors {graphed} carry a graph")
+    raise GradientDroppedError(
+        f"{cls.__qualname__}'s torch-function handler for {name} ({where}) returned a {kind} "
+        f"that is a leaf of autograd (requires_grad={out.requires_grad}, no grad_fn) although "
+        f"{why}: a wrapper built with the constructor ({kind}(...)) cuts the graph, so no "
+        f"gradient reaches the inputs (a weight's .grad stays None). Build the result with "
+        f"{kind}.wrap(...) (the constructor's arguments), and read a wrapper input's inner "
+        "tensors with x.unwrap() so its gradient flows too (docs/authoring.md, \"Handlers and "
+        "autograd\")."
+    )

@@ -267,3 +267,47 @@ def test_wrap_inside_the_compiled_region_fullgraph():
 def test_wrap_inductor_gradients_equal_dense():
     compiled = torch.compile(_wrapped_model, backend="inductor", fullgraph=True)
     _assert_close(_kit_grads(LENGTHS, compiled), _dense_grads(LENGTHS))
+
+
+# ---- a handler that drops the graph is named (issue 28, item 5e) ------------------------------
+
+
+class Leafy(WrapperTensor):
+    """A handler written the way the issue's newcomer wrote it: the constructor."""
+
+    packed: torch.Tensor = inner()
+    seq_offsets: torch.Tensor = inner(dtype=torch.int64)
+
+    @classmethod
+    def __inner_shapes__(cls, outer_size, ctx):
+        return {"seq_offsets": (outer_size[0] + 1,)}
+
+
+@Leafy.implements_torch_function(F.linear)
+def _leafy_linear(func, types, args, kwargs):
+    x, w = args[0], args[1]
+    return Leafy(F.linear(x.packed, w), x.seq_offsets, size=(x.shape[0], x.shape[1], w.shape[0]))
+
+
+@Leafy.implements_torch_function(torch.zeros_like)
+def _leafy_zeros(func, types, args, kwargs):
+    x = args[0]
+    return Leafy(torch.zeros_like(x.packed), x.seq_offsets, size=x.shape)
+
+
+def test_a_handler_that_drops_the_graph_is_named():
+    from subclass_kit import GradientDroppedError
+
+    packed, offs = _batch(LENGTHS)
+    x = Leafy(packed, offs, size=(4, 7, 4))
+    w = torch.randn(6, 4, requires_grad=True)
+    with pytest.raises(GradientDroppedError) as e:
+        F.linear(x, w)
+    msg = str(e.value)
+    assert "torch.nn.functional.linear" in msg and "_leafy_linear" in msg and "Leafy.wrap(" in msg
+    assert isinstance(e.value, RuntimeError)
+    # Without grad, or for a function with no gradient by definition, nothing to say.
+    with torch.no_grad():
+        F.linear(x, w)
+    F.linear(x, w.detach())
+    torch.zeros_like(Leafy(packed.requires_grad_(), offs, size=(4, 7, 4)))
