@@ -17,7 +17,7 @@ from . import _compat
 from .ctx import SubclassCtx
 from .errors import ConstructionError, InnerShapeError, InnerShapesKeyError, OuterArgumentError, OuterDtypeWarning
 from .fields import MISSING, InnerField
-from ._spec import check_meta_rule, check_meta_type, check_meta_value
+from ._spec import check_meta_rule, check_meta_type, check_meta_value, note_meta_value
 
 __all__ = ["construct", "contiguous_strides", "check_parts"]
 
@@ -219,6 +219,7 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
                 check_meta_value(qual, f.name, v, where="the value passed")
                 check_meta_rule(qual, f, v, where="the value passed")
                 ok.add(key)
+                note_meta_value(cls, qual, f.name, v)
         meta_values.append(v)
 
     size_given = size is not None
