@@ -359,7 +359,13 @@ class WrapperTensor(torch.Tensor):
                 optional one) or a dict by name.
             ctx: the ctx (e.g. another instance's, from ``__tensor_flatten__``); None: the
                 meta defaults with the primary inner tensor's dtype.
-            size, stride, offset: the outer tensor's; by default the primary's.
+            size: the outer size; by default the primary's shape (and then its stride and
+                storage offset too).
+            stride: the outer stride; with ``size=`` given and ``stride=`` left out, the
+                row-major strides of ``size`` (a (B, L, D) outer over a 2-d primary gets
+                (L*D, D, 1), never the primary's).
+            offset: the outer storage offset; by default the primary's when it has the
+                outer's dimensionality, else 0.
             requires_grad: for the outer tensor.
             **state: values for declared ``state()`` attributes.
 
