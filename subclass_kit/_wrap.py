@@ -75,6 +75,11 @@ def unwrap(x) -> tuple:
     kit = getattr(cls, "__kit__", None)
     if kit is None or kit.graph_unwrap is None:
         raise ConstructionError(f"unwrap() needs a WrapperTensor instance, got {type(x).__name__}.")
+    if not (x.requires_grad and torch.is_grad_enabled()):
+        # No gradient to carry: the inner tensors themselves, with no autograd node (the
+        # inference path of a handler pays an attribute read).
+        d = x.__dict__
+        return tuple([d.get(n) for n in kit.inner_names])
     present = x._kit_ctx.present
     got = iter(kit.graph_unwrap(x))
     return tuple([next(got) if n in present else None for n in kit.inner_names])
