@@ -286,7 +286,7 @@ def keeps_graph(cls, func, h, name: str):
                     _check_dropped(cls, name, h, w, args, kwargs)
         return out
 
-    checked.__wrapped__ = h
+    checked.__wrapped__ = h  # type: ignore[attr-defined]  # read by _dispatch's result check
     return checked
 
 
