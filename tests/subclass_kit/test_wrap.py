@@ -242,6 +242,15 @@ def test_wrap_compiled_fullgraph_gradients_equal_dense():
     assert cnt.frame_count == 1
 
 
+def test_wrap_compiled_dynamic_one_graph_for_a_batch_sweep():
+    # Sizes reach wrap as SymInts (total tokens, max_len, B): one graph for every batch.
+    cnt = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(_wrapped_model, backend=cnt, fullgraph=True, dynamic=True)
+    for lengths in ([3, 7, 1, 5], [2, 9, 4, 4], [5, 5, 6, 1, 2]):
+        _assert_close(_kit_grads(lengths, compiled), _dense_grads(lengths))
+    assert cnt.frame_count == 1
+
+
 def test_wrap_inside_the_compiled_region_fullgraph():
     # wrap and unwrap themselves traced: one graph node each, gradients flow through both.
     def fn(packed, offs, w):
