@@ -174,7 +174,7 @@ def _plain(x, func):
                 f"{type(x).__qualname__} uses fallbacks.to_plain for {func} but defines no "
                 "to_plain() method; add `def to_plain(self): ...` returning the dense tensor."
             )
-        if hasattr(type(x), "__plain_mask__"):
+        if getattr(type(x), "__plain_mask__", None) is not None:
             _warn_mixes_padding(type(x), func)
         d = x.to_plain()
         if d.dtype != x.dtype or d.dim() != x.dim() or d.device != x.device or (
@@ -282,7 +282,7 @@ def raise_unsupported(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any
 
 
 def _to_plain_hint(owner, text: str) -> str:
-    if owner is not None and hasattr(owner, "__plain_mask__"):
+    if owner is not None and getattr(owner, "__plain_mask__", None) is not None:
         return (
             f". Note: {owner.__qualname__} declares __plain_mask__, so to_plain() has don't-care "
             "positions, and fallbacks.to_plain computes on them as on any others (a mean over "
