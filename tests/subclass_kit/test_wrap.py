@@ -320,3 +320,23 @@ def test_a_handler_that_drops_the_graph_is_named():
         F.linear(x, w)
     F.linear(x, w.detach())
     torch.zeros_like(Leafy(packed.requires_grad_(), offs, size=(4, 7, 4)))
+
+
+class Param(WrapperTensor):
+    payload: torch.Tensor = inner()
+
+
+@Param.implements(torch.ops.aten.mul.Tensor)
+def _param_mul(func, types, args, kwargs):
+    # Below autograd: wrap is the constructor (no autograd node is recorded in dispatch).
+    x, other = args
+    return Param.wrap(x.payload * other)
+
+
+def test_wrap_in_an_aten_handler_is_the_constructor():
+    p = Param(torch.ones(3)).requires_grad_()
+    out = p * 2.0
+    assert type(out) is Param and out.grad_fn is not None  # autograd's own node, above dispatch
+    out.unwrap()[0].sum().backward()
+    assert type(p.grad) is Param
+    torch.testing.assert_close(p.grad.payload, torch.full((3,), 2.0))
