@@ -340,3 +340,21 @@ def test_wrap_in_an_aten_handler_is_the_constructor():
     out.unwrap()[0].sum().backward()
     assert type(p.grad) is Param
     torch.testing.assert_close(p.grad.payload, torch.full((3,), 2.0))
+
+
+def test_exemplar_wrap_compiled_equals_eager():
+    def fn(a, b):
+        t = TwoTensor.wrap(a * 2, b.exp()) * 3  # map_inner on the wrapper
+        ua, ub = t.unwrap()
+        return ua.sum() + (ub * ub).sum()
+
+    a = torch.randn(3, 4, requires_grad=True)
+    b = torch.randn(3, 4, requires_grad=True)
+    fn(a, b).backward()
+    want = (a.grad.clone(), b.grad.clone())
+    a.grad = b.grad = None
+    cnt = CompileCounterWithBackend("aot_eager")
+    torch.compile(fn, backend=cnt, fullgraph=True)(a, b).backward()
+    torch.testing.assert_close((a.grad, b.grad), want)
+    torch.testing.assert_close(want[0], torch.full_like(a, 6.0))
+    assert cnt.frame_count == 1
