@@ -26,6 +26,12 @@ from .errors import (
     SubclassKitError as SubclassKitError,
     SubclassOutputError as SubclassOutputError,
     UnsupportedOpError as UnsupportedOpError,
+    WrapGradientError as WrapGradientError,
+    GradientDroppedError as GradientDroppedError,
+    SymbolicSizeError as SymbolicSizeError,
+    SizeSpecializedWarning as SizeSpecializedWarning,
+    PlainMaskWarning as PlainMaskWarning,
+    MetaRecompileWarning as MetaRecompileWarning,
 )
 from .fields import inner as inner, meta as meta, state as state
 
@@ -75,6 +81,12 @@ __all__ = [
     "HandlerResultError",
     "ToPlainError",
     "LocalClassWarning",
+    "WrapGradientError",
+    "GradientDroppedError",
+    "SymbolicSizeError",
+    "SizeSpecializedWarning",
+    "PlainMaskWarning",
+    "MetaRecompileWarning",
 ]
 
 

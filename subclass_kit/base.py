@@ -20,7 +20,7 @@ else:  # torch itself depends on typing_extensions
 
 import torch
 
-from . import _aliasing, _compat, _dispatch, _flatten, _instance_state, _pre_dispatch
+from . import _aliasing, _compat, _dispatch, _flatten, _instance_state, _pre_dispatch, _wrap
 from ._construct import construct, contiguous_strides
 from ._runtime import KitClass, build_parts, default_ctx
 from .ctx import SubclassCtx, reader
@@ -149,6 +149,37 @@ class WrapperTensor(torch.Tensor):
 
     def __new__(cls, *args: Any, **kwargs: Any):
         return construct(cls, args, dict(kwargs))
+
+    @classmethod
+    def wrap(cls, *args: Any, **kwargs: Any) -> Any:
+        """The constructor, differentiable: same arguments, and the gradient flows into the
+        inner tensors given (a ``Cls`` gradient field by field; a plain one split by the
+        vector-Jacobian product of ``to_plain()``). See docs/authoring.md, "Handlers and autograd".
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.examples import TwoTensor
+            >>> a = torch.ones(2, requires_grad=True)
+            >>> t = TwoTensor.wrap(a * 2, torch.zeros(2))
+            >>> t.unwrap()[0].sum().backward()
+            >>> t.is_leaf, a.grad
+            (False, tensor([2., 2.]))
+        """
+        return _wrap.wrap(cls, args, kwargs)
+
+    def unwrap(self) -> tuple:
+        """The inner tensors (one per inner field, declaration order, None if absent), with
+        their gradients flowing back into this wrapper as an instance of its class.
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.examples import TwoTensor
+            >>> t = TwoTensor(torch.ones(2), torch.zeros(2)).requires_grad_()
+            >>> (t.unwrap()[0] * 3).sum().backward()
+            >>> type(t.grad).__name__, t.grad.a.tolist(), t.grad.b.tolist()
+            ('TwoTensor', [3.0, 3.0], [0.0, 0.0])
+        """
+        return _wrap.unwrap(self)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Runs after validated construction only (see __post_init__ below).
@@ -317,7 +348,13 @@ class WrapperTensor(torch.Tensor):
                 optional one) or a dict by name.
             ctx: the ctx (e.g. another instance's, from ``__tensor_flatten__``); None: the
                 meta defaults with the primary inner tensor's dtype.
-            size, stride, offset: the outer tensor's; by default the primary's.
+            size: the outer size; by default the primary's shape (and then its stride and
+                storage offset too).
+            stride: the outer stride; with ``size=`` given and ``stride=`` left out, the
+                row-major strides of ``size`` (a (B, L, D) outer over a 2-d primary gets
+                (L*D, D, 1), never the primary's).
+            offset: the outer storage offset; by default the primary's when it has the
+                outer's dimensionality, else 0.
             requires_grad: for the outer tensor.
             **state: values for declared ``state()`` attributes.
 
@@ -460,6 +497,7 @@ def _install_runtime(cls, spec) -> None:
         cls.make = staticmethod(kit.make)
     _instance_state.install(cls, spec)
     kit.graph_rebuild = _flatten.graph_rebuild(cls)
+    kit.graph_wrap, kit.graph_unwrap = _wrap.graph_functions(cls)
     _dispatch.init_class(cls)
 
 

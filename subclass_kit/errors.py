@@ -21,6 +21,12 @@ __all__ = [
     "HandlerResultError",
     "ToPlainError",
     "LocalClassWarning",
+    "WrapGradientError",
+    "GradientDroppedError",
+    "SymbolicSizeError",
+    "SizeSpecializedWarning",
+    "PlainMaskWarning",
+    "MetaRecompileWarning",
 ]
 
 
@@ -111,3 +117,41 @@ class CheckpointError(SubclassKitError, ValueError):
 class UnsafeGlobalError(SubclassKitError, TypeError):
     """``serialization.allow`` was asked to allow-list a global the kit cannot vouch for
     (a class's ``__safe_globals__`` naming a function such as ``os.system``)."""
+
+
+# ---- autograd through wrappers (issue 28) -------------------------------------------------------
+
+
+class WrapGradientError(SubclassKitError, RuntimeError):
+    """The backward of ``Cls.wrap`` got a gradient it cannot split into gradients of the
+    inner tensors: a plain tensor for a class without a differentiable ``to_plain()``, or a
+    wrapper laid out differently from the one ``wrap`` built."""
+
+
+class GradientDroppedError(SubclassKitError, RuntimeError):
+    """A torch-function handler returned a wrapper built with the constructor from inputs
+    that require grad: the constructor makes a leaf, so the gradient stops there (a weight's
+    ``.grad`` stays None). Build the result with ``Cls.wrap(...)`` instead."""
+
+
+class SymbolicSizeError(SubclassKitError, RuntimeError):
+    """A handler needed a concrete value of a size that is symbolic under torch.compile (a
+    data-dependent value, ``int(offsets[-1])``); torch's raw guard error, named."""
+
+
+class SizeSpecializedWarning(UserWarning):
+    """A handler turned a dynamic size into a constant while compiling (``int(x.shape[0])``):
+    a dim marked dynamic then fails with torch's ``ConstraintViolationError``, an unmarked one
+    recompiles for each new size. Keep the size symbolic."""
+
+
+class PlainMaskWarning(UserWarning):
+    """``fallbacks.to_plain`` ran an op that mixes positions (a reduction, a matmul) on a
+    class whose ``__plain_mask__`` declares don't-care positions in ``to_plain()``: the
+    padding can enter the result. Register a handler for the op."""
+
+
+class MetaRecompileWarning(UserWarning):
+    """A meta field has taken more distinct values than torch.compile's recompile limit:
+    dynamo guards meta values by ``==``, so each new value recompiles. A value that varies per
+    batch (offsets, lengths) is data: declare it ``inner()``."""
