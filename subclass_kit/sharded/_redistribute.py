@@ -66,7 +66,7 @@ def redistribute_local(
         >>> redistribute_local(torch.ones(2, 2), MeshRef.local(), (0,), (Shard(0),), (Replicate(),), (2, 2)).shape
         torch.Size([2, 2])
     """
-    if src == dst:
+    if src == dst or not coord:  # (a rank outside the mesh holds an empty local)
         return local
     n = len(src)
     shape = mesh.shape

@@ -28,6 +28,9 @@ def _distribute(t, ref, placements, src_data_rank):
     pl = normalize_placements(placements, ref.ndim, t.dim(), what="distribute")
     coord = ref.coordinate()
     local = t.detach()
+    if not coord:  # outside the mesh: an empty local, as torch's
+        out = wrap(local.new_empty(0), ref, pl, coord, t.shape, contiguous_strides(t.shape), t.dtype)
+        return out.requires_grad_(True) if t.requires_grad else out
     if src_data_rank is not None:
         for i, name in enumerate(ref.group_names):
             if ref.shape[i] > 1:

@@ -98,6 +98,8 @@ class ShardedTensor(WrapperTensor):
 
     @classmethod
     def __inner_shapes__(cls, outer_size, ctx):
+        if not ctx.coord:  # a rank outside the mesh holds an empty local, as torch's
+            return {"local": (0,)}
         return {"local": local_shape(outer_size, ctx.placements, ctx.mesh.shape, ctx.coord)}
 
     # ---- conversions (implemented at the end of this module) ---------------------------
@@ -420,7 +422,7 @@ def _register_compile_constants() -> None:
         Replicate: common,
         Partial: (*common, "op"),
         MeshRef: ("__eq__", "__ne__", "__hash__", "__repr__", "device_type", "shape", "ranks", "dim_names",
-                  "group_names", "ndim", "size", "is_local", "coordinate", "device_mesh"),
+                  "group_names", "ndim", "size", "is_local", "outside", "coordinate", "device_mesh"),
     })
 
 
@@ -598,7 +600,12 @@ def _from_local(local, ref, placements, shape, stride, run_check):
         shape = even_global_shape(local.shape, pl, ref.shape)
     else:
         shape = tuple(shape)
-        _check_local_shape(local, shape, pl, ref, coord)
+        if coord:
+            _check_local_shape(local, shape, pl, ref, coord)
+    if not coord:  # outside the mesh: the local is empty, as torch's
+        stride = contiguous_strides(shape) if stride is None else stride
+        local = local.new_empty(0).requires_grad_(local.requires_grad)
+        run_check = False
     stride = _strides_like(shape, local) if stride is None else tuple(stride)
     if run_check and not is_compiling():
         _run_check(local, ref, pl, coord, shape)

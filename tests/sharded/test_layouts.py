@@ -26,3 +26,39 @@ def test_every_layout_redistributes_to_every_other_as_dtensor():
     for r in world(4).run(T.redistribute_all, timeout=TIMEOUT):
         assert r["bad"] == [], r["bad"][:5]
         assert r["pairs"] == 480
+
+
+def test_ops_on_nested_and_strided_layouts_match_dense():
+    # Elementwise ops keep the layout (as DTensor's pointwise strategy); every other op
+    # runs by its rule on the nearest layout it handles: values and gradients equal dense.
+    r = world(4).run(T.ops, timeout=TIMEOUT)[0]
+    for layout, pl in (("nested", "(Shard(0), Shard(0))"), ("strided", "(_StridedShard(dim=0, sf=2), Shard(0))"),
+                       ("nested dim 1", "(Shard(1), Shard(1))")):
+        for op in ("relu", "add same layout", "to float32"):
+            assert r[f"{layout} {op}"] == pl, (layout, op, r[f"{layout} {op}"])
+    # the nearest simple layouts: a nested dim keeps its first mesh dim, a strided one its TP shard
+    assert r["nested matmul"] == "(Shard(0), Replicate())"
+    assert r["strided matmul"] == "(Replicate(), Shard(0))"
+    assert len(r) == 3 * len(T.OPS)
+
+
+def test_in_place_ops_write_into_the_odd_layout():
+    for r in world(4).run(T.inplace, timeout=TIMEOUT):
+        for layout, (pl, setitem) in r.items():
+            assert pl.count("Shard") == 2, (layout, pl)
+            # a write into a slice that is a gathered copy raises (no silent lost write)
+            assert setitem.startswith("raised: ShardedTensor cannot run aten.fill_"), (layout, setitem)
+
+
+def test_sub_mesh_ranks_outside_hold_empty_locals_as_dtensor():
+    # Upstream test_from_local_sub_mesh, test_default_value_sub_mesh and
+    # test_redistribute_sub_mesh (test/distributed/tensor/test_dtensor.py), mesh [0, 2] of 4.
+    results = world(4).run(T.sub_mesh, timeout=TIMEOUT)
+    for rank, r in enumerate(results):
+        assert r["kit"] == r["dtensor"], (rank, r)
+        if rank in (1, 3):
+            assert r["kit"]["from_local local"] == [] and r["kit"]["sum local"] == 0.0
+            assert r["collectives"] == 0 and r["distribute local"] == [] and r["full"] == []
+        else:
+            assert r["kit"]["from_local size"] == (6, 4) and r["kit"]["sum local"] == 12.0
+            assert r["full"] == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0]]

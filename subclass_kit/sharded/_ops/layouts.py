@@ -105,10 +105,48 @@ def _local(a):
     return a.local if type(a) is ShardedTensor else a
 
 
+def _tensors(t) -> bool:
+    """A schema return type that is a Tensor or a list of them."""
+    if isinstance(t, torch.ListType):
+        t = t.getElementType()
+    if isinstance(t, torch.OptionalType):
+        t = t.getElementType()
+    return isinstance(t, torch.TensorType)
+
+
+def _outside(func, args, kwargs, mesh):
+    """The op on a rank outside the mesh: nothing runs, nothing is communicated; a tensor
+    result is an empty local (a zero for a 0-d one) under Replicate, a bool True, as
+    DTensor's defaults on such a rank."""
+    pl = (_R,) * mesh.ndim
+    written = _written(func)
+    if written and written[0] == 0 and type(args[0]) is ShardedTensor:
+        return args[0]
+    returns = [r.type for r in func._schema.returns]
+    if not returns or not all(_tensors(r) for r in returns):
+        return True if [str(r) for r in returns] == ["bool"] else None
+    meta = global_meta(func, args, kwargs)
+
+    def make(m):
+        if type(m) is not TensorMeta:
+            return m if m is None else True
+        local = torch.zeros((), dtype=m.dtype) if len(m.shape) == 0 else torch.tensor([], dtype=m.dtype)
+        return wrap_out(local, TensorMeta(m.shape, m.stride, m.dtype, 0), mesh, pl, ())
+
+    return type(meta)(make(m) for m in meta) if type(meta) in (list, tuple) else make(meta)
+
+
 def layout_dispatch(func, args, kwargs):
     """Run ``func`` if one of its ShardedTensor operands has a layout the rules do not
-    handle; NotImplemented otherwise (the op goes to its rule)."""
-    odd = [x for x in _sharded(args, kwargs) if not is_simple(spec(x)[1])]
+    handle or lives on a mesh without this rank; NotImplemented otherwise (the op goes to
+    its rule)."""
+    odd = []
+    for x in _sharded(args, kwargs):
+        m, p, c = spec(x)
+        if not c:
+            return NotImplemented if func in _PASS else _outside(func, args, kwargs, m)
+        if not is_simple(p):
+            odd.append(x)
     if not odd or func in _PASS:
         return NotImplemented
     mesh, pl, coord = spec(odd[0])
