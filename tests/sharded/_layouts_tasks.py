@@ -5,6 +5,8 @@ the same world (per-rank locals, collective counts) and against dense values."""
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, distribute_tensor
@@ -12,6 +14,8 @@ from torch.distributed.tensor import Partial as TPartial, Replicate as TReplicat
 from torch.distributed.tensor.placement_types import _StridedShard as TStrided
 
 from subclass_kit.sharded import Partial, Replicate, Shard, ShardedTensor, UnsupportedOpError, _StridedShard, distribute
+
+from subclass_kit.sharded.placements import is_simple
 
 from sharded._mesh2d_tasks import mesh
 from sharded._tp_upstream_tasks import Comms
@@ -77,6 +81,8 @@ def redistribute_all() -> dict:
             for dst in LAYOUTS:
                 if any(p.is_partial() for p in dst) and not all(p.is_replicate() or p.is_partial() for p in src):
                     continue  # (torch refuses a shard to Partial)
+                if is_simple(src) and is_simple(dst):
+                    continue  # (test_mesh2d moves every simple layout to every other)
                 name = (shape, src, dst)
                 # DTensor refuses a move to Partial, and of the moves of a strided layout
                 # gives right locals only for FSDP's (even sizes; the others raise or return
@@ -222,3 +228,160 @@ def sub_mesh() -> dict:
     x = distribute(torch.arange(8.).reshape(4, 2), m, [S0])
     return {"kit": kit, "dtensor": ref, "collectives": c.total(),
             "distribute local": x.to_local().tolist(), "full": x.full_tensor().tolist()}
+
+
+# ---- FSDP over TP: TP styles with parameters stored strided -----------------------------------
+def fsdp_tp() -> dict:
+    """Torch's FSDP2-over-TP recipe on the kit: ``parallelize`` an MLP on the tp mesh dim
+    (Colwise then Rowwise), store each TP parameter sharded again over dp (its TP-sharded
+    dim strided, ``[_StridedShard(d, tp), Shard(d)]``; a replicated bias ``[Shard(0),
+    Replicate()]``), all-gather over dp in forward, run the TP module on a dp slice of the
+    batch, and reduce-scatter the gradient (``Partial`` over dp) back into the stored layout.
+    The stored gradients equal dense; the forward's all-gathers are DTensor's count for the
+    same redistributions."""
+    from subclass_kit.sharded import ColwiseParallel, RowwiseParallel, parallelize
+
+    m = mesh()
+    tp, dp_coord = m["b"], m.get_coordinate()[0]
+    g = torch.Generator().manual_seed(5)
+    dense = torch.nn.Sequential(torch.nn.Linear(8, 10), torch.nn.ReLU(), torch.nn.Linear(10, 6)).double()
+    with torch.no_grad():
+        for p in dense.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
+    x = torch.randn(6, 8, generator=g, dtype=torch.float64)  # 6 rows over 2 dp ranks: 3 each
+    dense(x).pow(2).sum().backward()
+
+    model = parallelize(copy.deepcopy(dense), tp, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+    stored, tp_layout = {}, {}
+    for name, p in model.named_parameters():
+        (q,) = p.placements
+        tp_layout[name] = (q, tuple(p.shape))
+        two_d = [_StridedShard(q.dim, split_factor=2), q] if q.is_shard() else [S0, R]
+        stored[name] = distribute(p.full_tensor().detach(), m, two_d).requires_grad_(True)
+    with Comms() as c:
+        params = {}
+        for name, w in stored.items():
+            q, shape = tp_layout[name]
+            local = w.redistribute(m, [R, q]).to_local(grad_placements=[P, q])
+            params[name] = ShardedTensor.from_local(local, tp, [q], shape=shape)
+    gathers = c.total()
+    rows = x.chunk(2)[dp_coord]
+    y = torch.func.functional_call(model, params, (rows,))
+    y.pow(2).sum().backward()
+    for name, w in stored.items():
+        close(w.grad.full_tensor(), dict(dense.named_parameters())[name].grad, msg=f"fsdp+tp gradient {name}")
+    dts = [distribute_tensor(w.full_tensor().detach(), m, torch_placements(w.placements), src_data_rank=None)
+           for w in stored.values()]
+    with Comms() as ct:
+        for t, (q, _) in zip(dts, tp_layout.values()):
+            t.redistribute(m, torch_placements([R, q]))
+    return {"stored": {n: repr(tuple(w.placements)) for n, w in stored.items()},
+            "grads": {n: repr(tuple(w.grad.placements)) for n, w in stored.items()},
+            "gathers": gathers, "dtensor gathers": ct.total()}
+
+
+# ---- upstream's [Shard(0), Shard(0)] checks, ported to the (2, 2) mesh -----------------------
+def upstream() -> dict:
+    """PyTorch's checks of one tensor dim sharded by two mesh dims, each run on the kit and
+    on DTensor (its upstream name is the key; 8-rank (2, 2, 2) meshes become (2, 2))."""
+    m = mesh()
+    out: dict = {}
+
+    def both(fn):
+        return fn(ShardedTensor, distribute, Shard, Replicate), fn(DTensor, distribute_tensor, TShard, TReplicate)
+
+    # test/distributed/test_device_mesh.py::test_device_mesh_2d: the global size of a
+    # from_local on [Shard(0), Shard(0)]
+    out["test_device_mesh_2d"] = both(
+        lambda cls, dist_, S, R_: tuple(cls.from_local(torch.ones(3, 3), m, [S(0), S(0)]).size()))
+    # test/distributed/tensor/test_math_ops.py::test_full_shard_math_ops
+    def full_shard_math(cls, dist_, S, R_):
+        x = dist_(torch.ones(4, 4), m, [S(0), S(0)])
+        return [op(x, 2).redistribute(m, [R_(), R_()]).to_local().tolist()
+                for op in (torch.add, torch.sub, torch.mul, torch.div)]
+    out["test_full_shard_math_ops"] = both(full_shard_math)
+    # test/distributed/tensor/test_redistribute.py::test_redistribute_shard_dim_multi_dim_mesh
+    # (its 3-D pairs on two mesh dims): locals and collective counts
+    D = torch.randn(8, 8, 8, generator=torch.Generator().manual_seed(3))
+    pairs = [((S0, S0), (S1, S1)), ((S0, S1), (S1, S0)), ((S1, S0), (S0, S0)),
+             ((S1, R), (R, S0)), ((S0, S0), (S0, S1))]
+    rows = []
+    for src, dst in pairs:
+        x = distribute(D, m, list(src))
+        with Comms() as c:
+            y = x.redistribute(m, list(dst))
+        t = distribute_tensor(D, m, torch_placements(src))
+        with Comms() as ct:
+            u = t.redistribute(m, torch_placements(dst))
+        rows.append((torch.equal(y.to_local(), u.to_local()), c.total(), ct.total()))
+    out["test_redistribute_shard_dim_multi_dim_mesh"] = rows
+    # test/distributed/tensor/test_redistribute.py::test_ordered_redistribute (default order):
+    # dropping one mesh dim of a nested shard equals distributing to the target at once
+    rows = []
+    for src, dst in (((S0, S0), (R, S0)), ((S0, S0), (S0, R)), ((S0, S0), (S1, S0))):
+        y = distribute(D, m, list(src)).redistribute(m, list(dst))
+        rows.append(torch.equal(y.to_local(), distribute_tensor(D, m, torch_placements(dst)).to_local()))
+    out["test_ordered_redistribute"] = rows
+    # torch/distributed/tensor/_utils.py compute_local_shape_and_global_offset's example:
+    # (8, 4) on [Shard(0), Shard(0)]: each rank holds its own rows, in rank order
+    G = torch.arange(32.).reshape(8, 4)
+    out["compute_local_shape_and_global_offset"] = both(
+        lambda cls, dist_, S, R_: dist_(G, m, [S(0), S(0)]).to_local().tolist())
+    # _StridedShard's docstring (placement_types.py): [_StridedShard(0, sf=2), Shard(0)] of an
+    # (8, 8) tensor puts rows 0-1, 4-5, 2-3, 6-7 on ranks 0..3, and gathers back whole
+    G = torch.arange(64.).reshape(8, 8)
+    out["_StridedShard docstring"] = (
+        distribute(G, m, [SS, S0]).to_local()[:, 0].tolist(),
+        distribute_tensor(G, m, torch_placements([SS, S0])).to_local()[:, 0].tolist(),
+        torch.equal(distribute(G, m, [SS, S0]).full_tensor(), G))
+    # test/distributed/tensor/test_dtensor.py::test_from_local_uneven_sharding, nested: the
+    # uneven locals of a (7, 3) tensor with shape= make the same global value as DTensor's
+    G = torch.arange(21.).reshape(7, 3)
+    mine = distribute(G, m, [S0, S0]).to_local()
+    out["test_from_local_uneven_sharding"] = both(
+        lambda cls, dist_, S, R_: cls.from_local(mine, m, [S(0), S(0)], shape=(7, 3), stride=(3, 1)).full_tensor().tolist())
+    return out
+
+
+def compiled() -> dict:
+    """A chain on each odd layout compiled with aot_eager (fullgraph), twice with new values:
+    values and gradients equal dense, one frame; and FSDP's all-gather of a strided
+    parameter compiled: the TP shard, and its gradient reduce-scattered back strided."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    m = mesh()
+    out = {}
+
+    def chain(x, w):
+        return (torch.relu(x * 2) @ w).sum(0)
+
+    for lname, pl in ODD.items():
+        torch._dynamo.reset()
+        cnt = CompileCounterWithBackend("aot_eager")
+        cf = torch.compile(chain, backend=cnt, fullgraph=True)
+        for step in range(2):
+            D, W = _w((8, 6)) + step, _w((6, 3)) - step
+            d, dw = D.clone().requires_grad_(True), W.clone().requires_grad_(True)
+            chain(d, dw).sum().backward()
+            x = distribute(D, m, list(pl)).requires_grad_(True)
+            w = distribute(W, m, [R, R]).requires_grad_(True)
+            y = cf(x, w)
+            close(y.full_tensor(), chain(D, W), msg=f"compiled {lname}")
+            y.full_tensor().sum().backward()
+            close(x.grad.full_tensor(), d.grad, msg=f"compiled {lname}: gradient")
+            close(w.grad.full_tensor(), dw.grad, msg=f"compiled {lname}: weight gradient")
+        out[lname] = cnt.frame_count
+
+    def gather(w):
+        return w.redistribute(m, [R, S0]).to_local(grad_placements=[P, S0]) * 1.0
+
+    torch._dynamo.reset()
+    cnt = CompileCounterWithBackend("aot_eager")
+    cf = torch.compile(gather, backend=cnt, fullgraph=True)
+    w = distribute(_w((8, 6)), m, [SS, S0]).requires_grad_(True)
+    local = cf(w)
+    close(local, _w((8, 6)).chunk(2)[m.get_coordinate()[1]])  # this rank's TP shard, whole over dp
+    local.sum().backward()
+    close(w.grad.full_tensor(), torch.ones(8, 6, dtype=torch.float64) * 2)  # summed over 2 dp ranks
+    out["fsdp gather"] = (cnt.frame_count, repr(tuple(w.grad.placements)))
+    return out
