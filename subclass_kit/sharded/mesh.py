@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 # What the kit's functions take as a mesh: torch's DeviceMesh or the kit's MeshRef.
 MeshLike = Union["DeviceMesh", "MeshRef"]
 
-__all__ = ["MeshRef", "mesh_ref", "current_mesh", "LOCAL_GROUP", "OUTSIDE_GROUP", "this_rank"]
+__all__ = ["MeshRef", "mesh_ref", "current_mesh", "LOCAL_GROUP", "OUTSIDE_GROUP", "LAYOUTS_SEEN", "this_rank"]
 
 # The group name of a one-rank mesh dimension that needs no process group (collectives over
 # one rank are the identity, so they are never issued).
@@ -34,6 +34,11 @@ LOCAL_GROUP = "<local>"
 # The group name of every mesh dim on a rank outside the mesh (a sub-mesh of the world):
 # such a rank holds empty locals and issues no collective, as torch's DTensor does.
 OUTSIDE_GROUP = "<outside>"
+
+#: ``[True]`` once this process has a layout the op rules do not handle (one tensor dim
+#: over several mesh dims, a strided shard: see ``placements.is_simple``) or a mesh without
+#: this rank: from then on ShardedTensor's dispatch looks for them among an op's arguments.
+LAYOUTS_SEEN = [False]
 
 _MESHES: dict = {}
 _REFS: dict = {}  # id(DeviceMesh) -> (DeviceMesh, MeshRef)
@@ -203,11 +208,10 @@ def _describe(mesh) -> MeshRef:
     with _compat.real_tensors():  # the rank map is a real tensor, also while tracing
         full = mesh.mesh
         shape, ranks = tuple(int(s) for s in full.shape), tuple(int(r) for r in full.flatten().tolist())
+    groups: tuple
     if this_rank() in ranks:
         groups = tuple(mesh.get_group(i).group_name for i in range(mesh.ndim))
     else:
-        from .placements import LAYOUTS_SEEN
-
         groups = (OUTSIDE_GROUP,) * mesh.ndim
         LAYOUTS_SEEN[0] = True  # ops then look for tensors of this rank outside their mesh
     ref = MeshRef(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from ._layout import chunk_size, chunk_start, strided_local_size
 from .errors import PlacementError
+from .mesh import LAYOUTS_SEEN
 
 if TYPE_CHECKING:
     import torch
@@ -30,9 +31,6 @@ __all__ = ["Placement", "Shard", "_StridedShard", "Replicate", "Partial", "PARTI
 
 PARTIAL_OPS = ("sum", "avg", "max", "min")
 
-#: ``[True]`` once a layout ``is_simple`` refuses has been normalized in this process: from
-#: then on ShardedTensor's dispatch looks for such layouts among an op's arguments.
-LAYOUTS_SEEN = [False]
 
 
 class Placement:

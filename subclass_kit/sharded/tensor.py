@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import torch
 
-from .. import _compat, _dispatch
+from .. import _compat
 from .. import collectives as _coll
-from ..base import _EMPTY, WrapperTensor
+from ..base import WrapperTensor
 from ..compiling import is_compiling
 from ..ctx import SubclassCtx, ctx_of
 from ..fields import inner, meta, state
@@ -17,7 +17,8 @@ from ._comm import waited
 from .errors import MeshError, ShardShapeError
 from ._layout import contiguous_strides, even_global_shape, local_shape
 from .mesh import MeshLike, MeshRef, mesh_ref
-from .placements import LAYOUTS_SEEN, Partial, Placement, Replicate, Shard, _StridedShard, normalize_placements, render
+from .mesh import LAYOUTS_SEEN
+from .placements import Partial, Placement, Replicate, Shard, _StridedShard, normalize_placements, render
 from ._redistribute import redistribute_local
 
 if TYPE_CHECKING:
@@ -87,14 +88,10 @@ class ShardedTensor(WrapperTensor):
         # WrapperTensor's, plus one test: once a layout the op rules do not handle exists
         # (a tensor dim sharded by two mesh dims, a strided shard), ops go by ``_ops.layouts``.
         if LAYOUTS_SEEN[0]:
-            out = LAYOUT_HOOK[0](func, args, _EMPTY if kwargs is None else kwargs)
+            out = LAYOUT_HOOK[0](func, args, kwargs or {})
             if out is not NotImplemented:
                 return out
-        try:
-            h = cls.__kit__.cache[id(func)]
-        except KeyError:
-            h = _dispatch.resolve(cls, func)
-        return h(func, types, args, _EMPTY if kwargs is None else kwargs)
+        return _BASE_DISPATCH(cls, func, types, args, kwargs)
 
     @classmethod
     def __inner_shapes__(cls, outer_size, ctx):
@@ -288,7 +285,8 @@ class ShardedTensor(WrapperTensor):
         ]
 
 
-_compat.never_compile_frames(ShardedTensor.__dict__["__torch_dispatch__"].__func__)
+_BASE_DISPATCH = WrapperTensor.__torch_dispatch__.__func__  # type: ignore[attr-defined]
+_compat.never_compile_frames(ShardedTensor.__torch_dispatch__.__func__)  # type: ignore[attr-defined]
 
 #: ``LAYOUT_HOOK[0](func, args, kwargs)``: the dispatch of ops on layouts the rules do not
 #: handle (set by ``_ops.layouts``); NotImplemented hands the op to its rule.
