@@ -92,8 +92,31 @@ class Placement:
         return 0.01 if dst.is_shard() else 0.02
 
 
+class _DimSplit(Placement):
+    """What ``Shard`` and ``_StridedShard`` share: they split tensor dim ``dim``."""
+
+    __slots__ = ()
+    dim: int
+
+    def is_shard(self, dim: int | None = None) -> bool:
+        return dim is None or self.dim == dim
+
+    def shard_dim(self) -> int | None:
+        return self.dim
+
+    def global_shape(self, local: tuple, k: int) -> tuple:
+        d = self.dim
+        return (*local[:d], local[d] * k, *local[d + 1:])
+
+    def cost_to(self, dst: "Placement") -> float:
+        # A gather moves the tensor once (then a Partial is a local mask on top).
+        if dst == self:
+            return 0.0
+        return 1.02 if dst.is_partial() else 1.0
+
+
 @dataclass(frozen=True)
-class Shard(Placement):
+class Shard(_DimSplit):
     """Split the tensor along ``dim`` across the ranks of one mesh dimension (torch.chunk).
 
     Example:
@@ -107,19 +130,9 @@ class Shard(Placement):
         if type(self.dim) is not int:
             raise PlacementError(f"Shard(dim) takes an int tensor dimension, got {self.dim!r} ({type(self.dim).__name__}).")
 
-    def is_shard(self, dim: int | None = None) -> bool:
-        return dim is None or self.dim == dim
-
-    def shard_dim(self) -> int | None:
-        return self.dim
-
     def local_shape(self, shape: tuple, k: int, c: int) -> tuple:
         d = self.dim
         return (*shape[:d], chunk_size(shape[d], k, c), *shape[d + 1:])
-
-    def global_shape(self, local: tuple, k: int) -> tuple:
-        d = self.dim
-        return (*local[:d], local[d] * k, *local[d + 1:])
 
     def offset(self, n: int, k: int, c: int) -> int:
         return chunk_start(n, k, c)
@@ -134,20 +147,15 @@ class Shard(Placement):
 
         return take_chunk(local, mesh.shape[mesh_dim], coord, self.dim)
 
-    def cost_to(self, dst: "Placement") -> float:
-        # A gather moves the tensor once (then a Partial is a local mask on top).
-        if dst == self:
-            return 0.0
-        return 1.02 if dst.is_partial() else 1.0
-
     def __repr__(self) -> str:
         return f"Shard({self.dim})"
 
     def __fx_repr__(self):
         return f"Shard({self.dim})", {"Shard": Shard}
 
+
 @dataclass(frozen=True)
-class _StridedShard(Placement):
+class _StridedShard(_DimSplit):
     """Split ``dim`` as if a later mesh dim had split it first (torch's ``_StridedShard``).
 
     FSDP over TP stores a parameter with its dim 0 sharded by TP (mesh dim 1) and each TP
@@ -174,19 +182,9 @@ class _StridedShard(Placement):
                 f"mesh dim makes of the dim), got {self.split_factor!r}."
             )
 
-    def is_shard(self, dim: int | None = None) -> bool:
-        return dim is None or self.dim == dim
-
-    def shard_dim(self) -> int | None:
-        return self.dim
-
     def local_shape(self, shape: tuple, k: int, c: int) -> tuple:
         d = self.dim
         return (*shape[:d], strided_local_size(shape[d], k, c, self.split_factor), *shape[d + 1:])
-
-    def global_shape(self, local: tuple, k: int) -> tuple:
-        d = self.dim
-        return (*local[:d], local[d] * k, *local[d + 1:])
 
     def to_replicate(self, local: torch.Tensor, mesh: MeshRef, mesh_dim: int, shape: Sequence[int]) -> torch.Tensor:
         from ._comm import gather_strided
@@ -197,11 +195,6 @@ class _StridedShard(Placement):
         from ._comm import take_strided
 
         return take_strided(local, mesh.shape[mesh_dim], coord, self.dim, self.split_factor)
-
-    def cost_to(self, dst: "Placement") -> float:
-        if dst == self:
-            return 0.0
-        return 1.02 if dst.is_partial() else 1.0
 
     def __repr__(self) -> str:
         return f"_StridedShard(dim={self.dim}, sf={self.split_factor})"
