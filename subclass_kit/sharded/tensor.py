@@ -16,8 +16,7 @@ from ..fields import inner, meta, state
 from ._comm import waited
 from .errors import MeshError, ShardShapeError
 from ._layout import contiguous_strides, even_global_shape, local_shape
-from .mesh import MeshLike, MeshRef, mesh_ref
-from .mesh import LAYOUTS_SEEN
+from .mesh import LAYOUTS_SEEN, MeshLike, MeshRef, mesh_ref
 from .placements import Partial, Placement, Replicate, Shard, _StridedShard, normalize_placements, render
 from ._redistribute import redistribute_local
 
@@ -110,9 +109,12 @@ class ShardedTensor(WrapperTensor):
         Args:
             local: this rank's shard.
             mesh: a torch ``DeviceMesh`` (or a ``MeshRef``).
-            placements: one ``Shard(d)``/``Replicate()``/``Partial(op)`` per mesh dim.
+            placements: one ``Shard(d)``/``_StridedShard(d, split_factor=)``/``Replicate()``/
+                ``Partial(op)`` per mesh dim (two mesh dims may shard one tensor dim: see
+                docs/sharded.md, "Layouts").
             shape, stride: the global shape and stride; by default every shard is assumed to
                 have ``local``'s shape (even sharding). Pass ``shape`` for uneven shards.
+                On a rank outside the mesh the local is replaced by an empty one, as torch's.
             run_check: check with collectives that the shards fit together (shapes agree,
                 replicas are equal); eager only.
 
