@@ -26,11 +26,19 @@ if TYPE_CHECKING:
 # What the kit's functions take as a mesh: torch's DeviceMesh or the kit's MeshRef.
 MeshLike = Union["DeviceMesh", "MeshRef"]
 
-__all__ = ["MeshRef", "mesh_ref", "current_mesh", "LOCAL_GROUP", "this_rank"]
+__all__ = ["MeshRef", "mesh_ref", "current_mesh", "LOCAL_GROUP", "OUTSIDE_GROUP", "LAYOUTS_SEEN", "this_rank"]
 
 # The group name of a one-rank mesh dimension that needs no process group (collectives over
 # one rank are the identity, so they are never issued).
 LOCAL_GROUP = "<local>"
+# The group name of every mesh dim on a rank outside the mesh (a sub-mesh of the world):
+# such a rank holds empty locals and issues no collective, as torch's DTensor does.
+OUTSIDE_GROUP = "<outside>"
+
+#: ``[True]`` once this process has a layout the op rules do not handle (one tensor dim
+#: over several mesh dims, a strided shard: see ``placements.is_simple``) or a mesh without
+#: this rank: from then on ShardedTensor's dispatch looks for them among an op's arguments.
+LAYOUTS_SEEN = [False]
 
 _MESHES: dict = {}
 _REFS: dict = {}  # id(DeviceMesh) -> (DeviceMesh, MeshRef)
@@ -87,14 +95,22 @@ class MeshRef:
     def is_local(self) -> bool:
         return all(g == LOCAL_GROUP for g in self.group_names)
 
+    @property
+    def outside(self) -> bool:
+        """True on a rank that is not part of the mesh (a sub-mesh of the world)."""
+        return OUTSIDE_GROUP in self.group_names
+
     def coordinate(self, rank: int | None = None) -> tuple:
-        """The coordinate of ``rank`` (default: this process) on the mesh.
+        """The coordinate of ``rank`` (default: this process) on the mesh; ``()`` for this
+        process when it is outside the mesh (its tensors hold empty locals, as torch's).
 
         Raises:
             MeshError: the rank is not part of the mesh.
         """
         if self.is_local:
             return (0,) * self.ndim
+        if rank is None and self.outside:
+            return ()
         rank = this_rank() if rank is None else rank
         try:
             flat = self.ranks.index(rank)
@@ -192,12 +208,18 @@ def _describe(mesh) -> MeshRef:
     with _compat.real_tensors():  # the rank map is a real tensor, also while tracing
         full = mesh.mesh
         shape, ranks = tuple(int(s) for s in full.shape), tuple(int(r) for r in full.flatten().tolist())
+    groups: tuple
+    if this_rank() in ranks:
+        groups = tuple(mesh.get_group(i).group_name for i in range(mesh.ndim))
+    else:
+        groups = (OUTSIDE_GROUP,) * mesh.ndim
+        LAYOUTS_SEEN[0] = True  # ops then look for tensors of this rank outside their mesh
     ref = MeshRef(
         device_type=mesh.device_type,
         shape=shape,
         ranks=ranks,
         dim_names=tuple(mesh.mesh_dim_names) if mesh.mesh_dim_names else None,
-        group_names=tuple(mesh.get_group(i).group_name for i in range(mesh.ndim)),
+        group_names=groups,
     )
     # Equal meshes (same ranks, same process groups) share one MeshRef, so a ShardedTensor's
     # .device_mesh resolves to the equal DeviceMesh most recently handed to the kit: the one

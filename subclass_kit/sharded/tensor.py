@@ -16,8 +16,8 @@ from ..fields import inner, meta, state
 from ._comm import waited
 from .errors import MeshError, ShardShapeError
 from ._layout import contiguous_strides, even_global_shape, local_shape
-from .mesh import MeshLike, MeshRef, mesh_ref
-from .placements import Partial, Placement, Replicate, Shard, normalize_placements, render
+from .mesh import LAYOUTS_SEEN, MeshLike, MeshRef, mesh_ref
+from .placements import Partial, Placement, Replicate, Shard, _StridedShard, normalize_placements, render
 from ._redistribute import redistribute_local
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class ShardedTensor(WrapperTensor):
     _gathered_view: Any = state(default=None, doc="the view op that gathered the shard, or None")
 
     # The ctx's value types, for serialization.allow (torch.load(weights_only=True)).
-    __safe_globals__ = (MeshRef, Shard, Replicate, Partial)
+    __safe_globals__ = (MeshRef, Shard, _StridedShard, Replicate, Partial)
     # The op rules (sharded/_ops) return what each op's schema says, tested op by op: their
     # results are not checked again on every call.
     __check_handlers__ = False
@@ -83,7 +83,19 @@ class ShardedTensor(WrapperTensor):
         return super().__new__(cls, local, ref, pl, coord, **kwargs)
 
     @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        # WrapperTensor's, plus one test: once a layout the op rules do not handle exists
+        # (a tensor dim sharded by two mesh dims, a strided shard), ops go by ``_ops.layouts``.
+        if LAYOUTS_SEEN[0]:
+            out = LAYOUT_HOOK[0](func, args, kwargs or {})
+            if out is not NotImplemented:
+                return out
+        return _BASE_DISPATCH(cls, func, types, args, kwargs)
+
+    @classmethod
     def __inner_shapes__(cls, outer_size, ctx):
+        if not ctx.coord:  # a rank outside the mesh holds an empty local, as torch's
+            return {"local": (0,)}
         return {"local": local_shape(outer_size, ctx.placements, ctx.mesh.shape, ctx.coord)}
 
     # ---- conversions (implemented at the end of this module) ---------------------------
@@ -97,9 +109,12 @@ class ShardedTensor(WrapperTensor):
         Args:
             local: this rank's shard.
             mesh: a torch ``DeviceMesh`` (or a ``MeshRef``).
-            placements: one ``Shard(d)``/``Replicate()``/``Partial(op)`` per mesh dim.
+            placements: one ``Shard(d)``/``_StridedShard(d, split_factor=)``/``Replicate()``/
+                ``Partial(op)`` per mesh dim (two mesh dims may shard one tensor dim: see
+                docs/sharded.md, "Layouts").
             shape, stride: the global shape and stride; by default every shard is assumed to
                 have ``local``'s shape (even sharding). Pass ``shape`` for uneven shards.
+                On a rank outside the mesh the local is replaced by an empty one, as torch's.
             run_check: check with collectives that the shards fit together (shapes agree,
                 replicas are equal); eager only.
 
@@ -272,6 +287,13 @@ class ShardedTensor(WrapperTensor):
         ]
 
 
+_BASE_DISPATCH = WrapperTensor.__torch_dispatch__.__func__  # type: ignore[attr-defined]
+_compat.never_compile_frames(ShardedTensor.__torch_dispatch__.__func__)  # type: ignore[attr-defined]
+
+#: ``LAYOUT_HOOK[0](func, args, kwargs)``: the dispatch of ops on layouts the rules do not
+#: handle (set by ``_ops.layouts``); NotImplemented hands the op to its rule.
+LAYOUT_HOOK: list = [lambda func, args, kwargs: NotImplemented]
+
 #: ``mesh, placements, coord = spec(x)``: the meta values of a ShardedTensor, read by name
 #: with the lookup done once (the op handlers read them on every call).
 spec = ShardedTensor.ctx_reader("mesh", "placements", "coord")
@@ -396,10 +418,11 @@ def _register_compile_constants() -> None:
     common = ("is_shard", "is_replicate", "is_partial", "__eq__", "__ne__", "__hash__", "__repr__")
     _compat.register_compile_constants({
         Shard: (*common, "dim"),
+        _StridedShard: (*common, "dim", "split_factor"),
         Replicate: common,
         Partial: (*common, "op"),
         MeshRef: ("__eq__", "__ne__", "__hash__", "__repr__", "device_type", "shape", "ranks", "dim_names",
-                  "group_names", "ndim", "size", "is_local", "coordinate", "device_mesh"),
+                  "group_names", "ndim", "size", "is_local", "outside", "coordinate", "device_mesh"),
     })
 
 
@@ -577,7 +600,12 @@ def _from_local(local, ref, placements, shape, stride, run_check):
         shape = even_global_shape(local.shape, pl, ref.shape)
     else:
         shape = tuple(shape)
-        _check_local_shape(local, shape, pl, ref, coord)
+        if coord:
+            _check_local_shape(local, shape, pl, ref, coord)
+    if not coord:  # outside the mesh: the local is empty, as torch's
+        stride = contiguous_strides(shape) if stride is None else stride
+        local = local.new_empty(0).requires_grad_(local.requires_grad)
+        run_check = False
     stride = _strides_like(shape, local) if stride is None else tuple(stride)
     if run_check and not is_compiling():
         _run_check(local, ref, pl, coord, shape)
