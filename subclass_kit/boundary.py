@@ -135,11 +135,12 @@ class Boundary:
         self._params = plan
 
     def _walk_params(self, sig: list, checked: list, flat: list, names: list | None) -> list:
+        for holder, attr, t, _ in self._params:
+            if holder.get(attr) is not t:  # reassigned since: plan again
+                self._plan_params()
+                break
         recipes = []
         for holder, attr, t, qual in self._params:
-            if holder.get(attr) is not t:  # reassigned since: plan again, then walk that
-                self._plan_params()
-                return self._walk_params(sig, checked, flat, names)
             r = walk(t, sig, checked, flat, names, f"self.{qual}")
             if names is not None:
                 recipes.append((qual, r))
@@ -395,8 +396,6 @@ def _autograd_reason(checked: list, names: list) -> str | None:
 
 
 def _differs(e: _Entry, sig: list, names: list, checked: list) -> str | None:
-    if len(sig) != len(e.sig):
-        return f"the arguments' structure differs ({len(e.sig)} vs {len(sig)} parts)"
     sig_names = [(kind, n) for kind, n in names if kind in _SIG_KINDS]
     for (kind, where), want, got in zip(sig_names, e.sig, sig):
         if want == got and type(want) is type(got):
@@ -406,6 +405,8 @@ def _differs(e: _Entry, sig: list, names: list, checked: list) -> str | None:
         if kind == "class":
             return f"{where}: type: expected {_qual(want)}, got {_qual(got)}"
         return f"{where}: expected {_show(want)}, got {_show(got)}"
+    if len(sig) != len(e.sig):
+        return f"the arguments differ in structure: {len(e.sig)} parts expected, got {len(sig)}"
     tensor_names = [n for kind, n in names if kind in _TENSOR_KINDS]
     for where, lay, t in zip(tensor_names, e.layout, checked):
         now = (t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
