@@ -278,6 +278,22 @@ class Boundary:
             self.evictions += 1
         self._table.setdefault(e.sig, []).append(e)
 
+    def _body_for(self, *args: Any, **kwargs: Any) -> tuple:
+        """(the compiled body that serves these arguments, its flat inputs): the bench's floor."""
+        sig: list = []
+        checked: list = []
+        flat: list = []
+        for a in args:
+            walk(a, sig, checked, flat, None, "")
+        for k, v in kwargs.items():
+            sig.append(k)
+            walk(v, sig, checked, flat, None, "")
+        self._walk_params(sig, checked, flat, None)
+        for e in self._table.get(tuple(sig), ()):
+            if e.compiled is not None and e.check(*checked):
+                return e.compiled, flat
+        raise LookupError("no compiled body serves these arguments yet: call the boundary with them first")
+
     def _run_fallback(self, args: tuple, kwargs: dict) -> Any:
         self.fallback_calls += 1
         if self._fallback is None:
