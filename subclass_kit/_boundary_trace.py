@@ -72,7 +72,7 @@ def walk(v: Any, sig: list, checked: list, flat: list, names: list | None, where
             names.append(("class", where))
             names.append(("ctx", where))
             names.append(("wrapper", where))
-        kids = []
+        kids: list = []
         for n in kit.inner_names:
             x = d.get(n)
             if x is None:
@@ -235,7 +235,7 @@ class Record:
 
 def _plain_storages(v, out: set) -> set:
     if isinstance(v, WrapperTensor):
-        for n in v._kit_ctx.present:
+        for n in v.__dict__[CTX_ATTR].present:
             _plain_storages(v.__dict__[n], out)
     else:
         out.add(_compat.storage_ref(v))
@@ -293,7 +293,7 @@ def _rebuild(dd, flat: tuple, i: int, inputs: list) -> tuple[Any, int]:
     if kind == "in":
         return inputs[dd[1]], i + _count(dd)
     _, cls, ctx, size, stride, offset, kids, alias = dd
-    inners = []
+    inners: list = []
     for k in kids:
         if k is None:
             inners.append(None)

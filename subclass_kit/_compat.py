@@ -915,8 +915,8 @@ def tensor_guard(tensors: list):
     device, requires_grad, sizes and strides."""
     from torch._C._dynamo.guards import TensorGuards
 
-    sizes = [list(t.shape) for t in tensors]
-    strides = [list(t.stride()) for t in tensors]
+    sizes: Any = [list(t.shape) for t in tensors]  # per tensor, per dim (torch's stub says flat)
+    strides: Any = [list(t.stride()) for t in tensors]
     return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
 
 

@@ -127,6 +127,7 @@ class Boundary:
     # ---- the module's wrapper parameters and buffers ------------------------------------
     def _plan_params(self) -> None:
         plan = []
+        assert self.module is not None
         for prefix, sub in self.module.named_modules(remove_duplicate=False):
             for holder in (sub._parameters, sub._buffers):
                 for attr, t in holder.items():

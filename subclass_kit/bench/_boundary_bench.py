@@ -16,6 +16,7 @@ torch 2.13 it re-applies a config patch on every call.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 
@@ -42,6 +43,7 @@ def quantized_model(layers: int = LAYERS, width: int = WIDTH, seed: int = 0) -> 
     torch.manual_seed(seed)
     plain = torch.nn.Sequential(*[torch.nn.Linear(width, width) for _ in range(layers)]).eval()
     kit = copy.deepcopy(plain)
+    lin: Any
     for lin in kit:
         lin.weight = torch.nn.Parameter(ScaledTensor.from_float(lin.weight.detach()), requires_grad=False)
     return plain, kit
@@ -49,11 +51,12 @@ def quantized_model(layers: int = LAYERS, width: int = WIDTH, seed: int = 0) -> 
 
 def _torchao_model(plain):
     try:
-        from torchao.quantization import Int8Tensor
-        from torchao.quantization.granularity import PerRow
+        from torchao.quantization import Int8Tensor  # type: ignore[import-untyped]
+        from torchao.quantization.granularity import PerRow  # type: ignore[import-untyped]
     except Exception:  # torchao missing or incompatible: the row is left out
         return None
     m = copy.deepcopy(plain)
+    lin: Any
     for lin in m:
         lin.weight = torch.nn.Parameter(Int8Tensor.from_hp(lin.weight.detach(), PerRow()), requires_grad=False)
     return m
