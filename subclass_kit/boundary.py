@@ -12,6 +12,7 @@ in autograd, tensor subclasses that are not the kit's, ``explain`` says which.
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import itertools
 import warnings
@@ -76,12 +77,12 @@ def compile(fn_or_module: Callable | torch.nn.Module, /, *, backend: Any = "indu
 class _Entry:
     """One signature and layout: its compiled body (or the reason it falls back)."""
 
-    __slots__ = ("sig", "names", "layout", "check", "grad", "compiled", "record", "reason", "hits", "used")
+    __slots__ = ("sig", "full_sig", "layout", "check", "grad", "compiled", "record", "reason", "hits", "used")
 
-    def __init__(self, sig, names, checked, grad, compiled, reason) -> None:
-        self.sig = sig
-        self.names = names
-        self.layout = [(t.shape, t.stride(), t.dtype, t.device, t.requires_grad) for t in checked]
+    def __init__(self, sig, full_sig, full_checked, checked, grad, compiled, reason) -> None:
+        self.sig = sig  # the table's key (a module's parameters by their plan's number)
+        self.full_sig = full_sig  # every part, for explain
+        self.layout = [(t.shape, t.stride(), t.dtype, t.device, t.requires_grad) for t in full_checked]
         self.check = _compat.tensor_guard(checked).check
         #: None: serves in either grad mode; True/False: only in that one
         self.grad = grad
@@ -121,6 +122,12 @@ class Boundary:
         self._clock = itertools.count(1)
         self._warned = False
         self._params: list = []  # (holder dict, attr, tensor, qualified name) of wrapper params/buffers
+        self._param_keys: dict = {}  # the parameters' signature -> its number in the table's keys
+        self._param_key = 0
+        self._param_outer: list = []
+        self._param_flat: list = []
+        self._param_valid: Callable[[], bool] = lambda: True
+        self._param_reason: str | None = None  # a parameter the boundary cannot take apart
         if self.module is not None:
             self._plan_params()
 
@@ -134,6 +141,22 @@ class Boundary:
                     if isinstance(t, WrapperTensor):
                         plan.append((holder, attr, t, f"{prefix}.{attr}" if prefix else attr))
         self._params = plan
+        # The parameters' part of every call, walked once: while each holder still holds the
+        # same wrapper with the same ctx and inner tensors (``_param_valid``, one generated
+        # frame), a call reuses it; only the outer layouts are checked again, with the rest.
+        sig: list = []
+        outer: list = []
+        flat: list = []
+        self._param_reason = None
+        for _, _, t, qual in plan:
+            try:
+                walk(t, sig, [], flat, None, f"self.{qual}")
+            except Unservable as u:
+                self._param_reason = u.reason
+            outer.append(t)
+        self._param_key = self._param_keys.setdefault(tuple(sig), len(self._param_keys))
+        self._param_outer, self._param_flat = outer, flat
+        self._param_valid = _identity_check(plan)
 
     def _walk_params(self, sig: list, checked: list, flat: list, names: list | None) -> list:
         for holder, attr, t, _ in self._params:
@@ -184,7 +207,13 @@ class Boundary:
                     sig.append(k)
                     walk(v, sig, checked, flat, None, "")
             if self._params:
-                self._walk_params(sig, checked, flat, None)
+                if not self._param_valid():
+                    self._plan_params()
+                if self._param_reason is not None:
+                    raise Unservable(self._param_reason)
+                sig.append(self._param_key)
+                checked += self._param_outer
+                flat += self._param_flat
             key = tuple(sig)
             bucket = self._table.get(key)
         except Unservable:
@@ -254,7 +283,7 @@ class Boundary:
             body = make_body(self.fn, self.module, arg_recipes, tuple(kw_recipes), tuple(param_recipes),
                              lambda *a: _on_record(entry_box[0], *a), f"boundary_{tag}")
             compiled = torch.compile(body, **self._opts)
-        e = _Entry(key, names, checked, grad, compiled, reason)
+        e = _Entry(key, tuple(sig2), checked2, checked, grad, compiled, reason)
         if compiled is not None:
             entry_box.append(e)
         self._add(e)
@@ -289,7 +318,10 @@ class Boundary:
         for k, v in kwargs.items():
             sig.append(k)
             walk(v, sig, checked, flat, None, "")
-        self._walk_params(sig, checked, flat, None)
+        if self._params:
+            sig.append(self._param_key)
+            checked += self._param_outer
+            flat += self._param_flat
         for e in self._table.get(tuple(sig), ()):
             if e.compiled is not None and e.check(*checked):
                 return e.compiled, flat
@@ -364,6 +396,34 @@ def _qual(fn: Any) -> str:
     return getattr(fn, "__qualname__", type(fn).__name__)
 
 
+def _identity_check(plan: list) -> Callable[[], bool]:
+    """``valid()``: every holder still holds its wrapper, with the same ctx and inner tensors
+    (nested ones too), checked by identity in one generated expression."""
+    ns: dict = {}
+    terms: list = []
+
+    def name(v: Any) -> str:
+        ns[f"v{len(ns)}"] = v
+        return f"v{len(ns) - 1}"
+
+    def visit(t: Any) -> None:
+        d = name(t.__dict__)
+        terms.append(f"{d}[{_CTX!r}] is {name(t.__dict__[_CTX])}")
+        for n in t.__dict__[_CTX].present:
+            x = t.__dict__[n]
+            terms.append(f"{d}[{n!r}] is {name(x)}")
+            if isinstance(x, WrapperTensor):
+                visit(x)
+
+    for holder, attr, t, _ in plan:
+        terms.append(f"{name(holder)}.get({attr!r}) is {name(t)}")
+        visit(t)
+    text = "def valid():\n    try:\n        return " + " and ".join(terms or ["True"]) + \
+        "\n    except KeyError:\n        return False\n"
+    exec(builtins.compile(text, "<subclass_kit.compile parameters>", "exec"), ns)
+    return ns["valid"]
+
+
 def _collect(v: Any, out: list) -> None:
     t = type(v)
     if t is _Tensor or t is _Parameter:
@@ -414,7 +474,7 @@ def _autograd_reason(checked: list, names: list) -> str | None:
 
 def _differs(e: _Entry, sig: list, names: list, checked: list) -> str | None:
     sig_names = [(kind, n) for kind, n in names if kind in _SIG_KINDS]
-    for (kind, where), want, got in zip(sig_names, e.sig, sig):
+    for (kind, where), want, got in zip(sig_names, e.full_sig, sig):
         if want == got and type(want) is type(got):
             continue
         if kind == "ctx":
@@ -422,8 +482,8 @@ def _differs(e: _Entry, sig: list, names: list, checked: list) -> str | None:
         if kind == "class":
             return f"{where}: type: expected {_qual(want)}, got {_qual(got)}"
         return f"{where}: expected {_show(want)}, got {_show(got)}"
-    if len(sig) != len(e.sig):
-        return f"the arguments differ in structure: {len(e.sig)} parts expected, got {len(sig)}"
+    if len(sig) != len(e.full_sig):
+        return f"the arguments differ in structure: {len(e.full_sig)} parts expected, got {len(sig)}"
     tensor_names = [n for kind, n in names if kind in _TENSOR_KINDS]
     for where, lay, t in zip(tensor_names, e.layout, checked):
         now = (t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
