@@ -319,7 +319,10 @@ def finish_for(rec: Record) -> Callable[[tuple, list | None], Any]:
         dd = descs[0]
         if dd[0] == "w" and dd[7] is None and all(k is not None and k[0] == "t" for k in dd[6]) \
                 and all(type(s) is int for s in dd[3]):
-            build = dd[1].parts_builder(dd[2], size=dd[3], stride=dd[4], offset=dd[5])
+            make, ctx, size, stride, offset = dd[1].__kit__.make, dd[2], dd[3], dd[4], dd[5]
+            if len(dd[6]) == len(dd[1].__kit__.inner_names):  # no optional inner left out
+                return lambda flat, inputs: make(flat, ctx, size, stride, offset)
+            build = dd[1].parts_builder(ctx, size=size, stride=stride, offset=offset)
             return lambda flat, inputs: build(*flat)
         if dd[0] in ("t", "c"):
             return lambda flat, inputs: flat[0]

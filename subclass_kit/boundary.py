@@ -175,33 +175,33 @@ class Boundary:
         sig: list = []
         checked: list = []
         flat: list = []
+        sig_add, check_add, flat_add = sig.append, checked.append, flat.append
         try:
             # Inlined ``walk`` for the common arguments (a plain tensor, a wrapper of plain
             # tensors): this runs on every call, and a frame per tensor is a measurable part.
             for a in args:
                 t = type(a)
                 if t is _Tensor:
-                    sig.append(_PLAIN)
-                    checked.append(a)
-                    flat.append(a)
-                    continue
-                if t in _FLAT_CLASSES:
+                    sig_add(_PLAIN)
+                    check_add(a)
+                    flat_add(a)
+                elif t in _FLAT_CLASSES:
                     d = a.__dict__
                     ctx = d[_CTX]
-                    sig.append(t)
-                    sig.append(ctx)
-                    checked.append(a)
+                    sig_add(t)
+                    sig_add(ctx)
+                    check_add(a)
                     for n in ctx[_PRESENT]:
                         v = d[n]
                         if type(v) is _Tensor:
-                            checked.append(v)
-                            flat.append(v)
+                            check_add(v)
+                            flat_add(v)
                         else:
                             walk(v, sig, checked, flat, None, "", True)
-                    continue
-                if isinstance(a, WrapperTensor) and not t.__kit__.state_order:
-                    _FLAT_CLASSES.add(t)
-                walk(a, sig, checked, flat, None, "")
+                else:
+                    if isinstance(a, WrapperTensor) and not t.__kit__.state_order:
+                        _FLAT_CLASSES.add(t)
+                    walk(a, sig, checked, flat, None, "")
             if kwargs:
                 for k, v in kwargs.items():
                     sig.append(k)
