@@ -969,3 +969,9 @@ def is_grad_mode_on() -> bool:
 def recompile_limit() -> int:
     """dynamo's per-frame recompile limit (the default limit of kept artifacts)."""
     return int(torch._dynamo.config.recompile_limit)
+
+
+def has_dynamic_marks(t: torch.Tensor) -> bool:
+    """True when ``torch._dynamo.mark_dynamic`` (or a weak/unbacked mark) was applied to ``t``."""
+    return any(hasattr(t, a) for a in ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices",
+                                       "_dynamo_unbacked_indices"))

@@ -269,6 +269,8 @@ class Boundary:
             kw_recipes.append((k, walk(v, sig2, checked2, flat2, names, f"kwargs[{k!r}]")))
         param_recipes = self._walk_params(sig2, checked2, flat2, names)
         reason = _autograd_reason(checked2, names) if _grad_on() else None
+        if reason is None:
+            reason = _dynamic_reason(checked2, names)
         grad = None
         if reason is None and _wrapped_requiring_grad(checked2, names) is not None:
             grad = False  # wrappers requiring grad, served under no_grad only
@@ -375,7 +377,7 @@ class Boundary:
         except TypeError as err:
             return [f"falls back to torch.compile: an argument is not hashable ({err})"]
         grad = _grad_on()
-        reason = _autograd_reason(checked, names) if grad else None
+        reason = (_autograd_reason(checked, names) if grad else None) or _dynamic_reason(checked, names)
         entries = sorted((x for b in self._table.values() for x in b), key=lambda x: x.used)
         if not entries:
             return ["no artifact yet: the next call compiles" + (f" (no: falls back to torch.compile: {reason})" if reason else "")]
@@ -470,6 +472,15 @@ def _autograd_reason(checked: list, names: list) -> str | None:
         return None
     return (f"autograd: {where} requires grad in grad mode (the boundary rebuilds wrappers from "
             "their inner tensors, which would take the wrapper's gradient)")
+
+
+def _dynamic_reason(checked: list, names: list) -> str | None:
+    tensors = [n for kind, n in names if kind in _TENSOR_KINDS]
+    for t, where in zip(checked, tensors):
+        if _compat.has_dynamic_marks(t):
+            return (f"dynamic shapes: {where} has dims marked dynamic (the boundary compiles each "
+                    "layout with static shapes)")
+    return None
 
 
 def _differs(e: _Entry, sig: list, names: list, checked: list) -> str | None:
