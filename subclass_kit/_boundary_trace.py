@@ -21,7 +21,7 @@ from . import _compat
 from .base import WrapperTensor
 from .ctx import CTX_ATTR
 
-__all__ = ["PLAIN", "Unservable", "walk", "make_body", "Record", "record_from", "finish_for"]
+__all__ = ["PLAIN", "Unservable", "collect", "identity_check", "walk", "make_body", "Record", "record_from", "finish_for"]
 
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
@@ -335,3 +335,49 @@ def finish_for(rec: Record) -> Callable[[tuple, list | None], Any]:
         return _pytree.tree_unflatten(out, spec)
 
     return finish
+
+
+def identity_check(plan: list) -> Callable[[], bool]:
+    """``valid()``: every holder still holds its wrapper, with the same ctx and inner tensors
+    (nested ones too), checked by identity in one generated expression."""
+    ns: dict = {}
+    terms: list = []
+
+    def name(v: Any) -> str:
+        ns[f"v{len(ns)}"] = v
+        return f"v{len(ns) - 1}"
+
+    def visit(t: Any) -> None:
+        d = name(t.__dict__)
+        terms.append(f"{d}[{CTX_ATTR!r}] is {name(t.__dict__[CTX_ATTR])}")
+        for n in t.__dict__[CTX_ATTR].present:
+            x = t.__dict__[n]
+            terms.append(f"{d}[{n!r}] is {name(x)}")
+            if isinstance(x, WrapperTensor):
+                visit(x)
+
+    for holder, attr, t, _ in plan:
+        terms.append(f"{name(holder)}.get({attr!r}) is {name(t)}")
+        visit(t)
+    text = "def valid():\n    try:\n        return " + " and ".join(terms or ["True"]) + \
+        "\n    except KeyError:\n        return False\n"
+    exec(compile(text, "<subclass_kit.compile parameters>", "exec"), ns)
+    return ns["valid"]
+
+
+def collect(v: Any, out: list) -> None:
+    t = type(v)
+    if t is _Tensor or t is _Parameter:
+        return
+    if isinstance(v, WrapperTensor):
+        d = v.__dict__
+        for n in type(v).__kit__.inner_names:
+            if d.get(n) is not None:
+                collect(d[n], out)
+        out.append(v)
+    elif t is list or t is tuple:
+        for x in v:
+            collect(x, out)
+    elif t is dict:
+        for x in v.values():
+            collect(x, out)

@@ -12,7 +12,6 @@ in autograd, tensor subclasses that are not the kit's, ``explain`` says which.
 
 from __future__ import annotations
 
-import builtins
 import hashlib
 import itertools
 import warnings
@@ -23,18 +22,17 @@ import torch
 from guards.errors import DispatcherLimitWarning
 
 from . import _compat
-from ._boundary_trace import PLAIN as _PLAIN, Record, Unservable, make_body, record_from, walk
+from ._boundary_explain import autograd_reason, differs, dynamic_reason, wrapped_requiring_grad
+from ._boundary_trace import PLAIN as _PLAIN, Record, Unservable, collect, identity_check, make_body, record_from, walk
 from .base import WrapperTensor
-from .ctx import _PRESENT, CTX_ATTR as _CTX, SubclassCtx
+from .ctx import _PRESENT, CTX_ATTR as _CTX
 
 __all__ = ["compile", "Boundary"]
 
 _Tensor = torch.Tensor
-_Parameter = torch.nn.Parameter
 _grad_on = _compat.is_grad_mode_on
 #: kit classes without declared state: their instances are walked inline by ``__call__``
 _FLAT_CLASSES: set = set()
-_LAYOUT = ("size()", "stride()", "dtype", "device", "requires_grad")
 
 
 def compile(fn_or_module: Callable | torch.nn.Module, /, *, backend: Any = "inductor", limit: int | None = None,
@@ -156,7 +154,7 @@ class Boundary:
             outer.append(t)
         self._param_key = self._param_keys.setdefault(tuple(sig), len(self._param_keys))
         self._param_outer, self._param_flat = outer, flat
-        self._param_valid = _identity_check(plan)
+        self._param_valid = identity_check(plan)
 
     def _walk_params(self, sig: list, checked: list, flat: list, names: list | None) -> list:
         for holder, attr, t, _ in self._params:
@@ -253,7 +251,7 @@ class Boundary:
         """The wrappers of a call in the order the body rebuilds them (children first)."""
         out: list = []
         for v in (*args, *kwargs.values(), *(t for _, _, t, _ in self._params)):
-            _collect(v, out)
+            collect(v, out)
         return out
 
     def _miss(self, key: tuple, checked: list, flat: list, args: tuple, kwargs: dict) -> Any:
@@ -268,18 +266,18 @@ class Boundary:
             names.append(("value", f"kwargs[{k!r}]"))
             kw_recipes.append((k, walk(v, sig2, checked2, flat2, names, f"kwargs[{k!r}]")))
         param_recipes = self._walk_params(sig2, checked2, flat2, names)
-        reason = _autograd_reason(checked2, names) if _grad_on() else None
+        reason = autograd_reason(checked2, names) if _grad_on() else None
         if reason is None:
-            reason = _dynamic_reason(checked2, names)
+            reason = dynamic_reason(checked2, names)
         grad = None
-        if reason is None and _wrapped_requiring_grad(checked2, names) is not None:
+        if reason is None and wrapped_requiring_grad(checked2, names) is not None:
             grad = False  # wrappers requiring grad, served under no_grad only
         elif reason is not None:
             grad = True
         compiled = None
         if reason is None:
             self._n += 1
-            tag = hashlib.sha1(repr((getattr(self.fn, "__qualname__", type(self.fn).__name__), key,
+            tag = hashlib.sha1(repr((_qual(self.fn), key,
                                      [tuple(t.shape) for t in checked])).encode()).hexdigest()[:10]
             entry_box: list = []
             body = make_body(self.fn, self.module, arg_recipes, tuple(kw_recipes), tuple(param_recipes),
@@ -377,13 +375,13 @@ class Boundary:
         except TypeError as err:
             return [f"falls back to torch.compile: an argument is not hashable ({err})"]
         grad = _grad_on()
-        reason = (_autograd_reason(checked, names) if grad else None) or _dynamic_reason(checked, names)
+        reason = (autograd_reason(checked, names) if grad else None) or dynamic_reason(checked, names)
         entries = sorted((x for b in self._table.values() for x in b), key=lambda x: x.used)
         if not entries:
             return ["no artifact yet: the next call compiles" + (f" (no: falls back to torch.compile: {reason})" if reason else "")]
         out = []
         for i, e in enumerate(entries):
-            why = _differs(e, sig, names, checked) or (
+            why = differs(e, sig, names, checked) or (
                 None if e.grad is None or e.grad is grad else f"grad mode: expected {e.grad}, got {grad}")
             if why is None:
                 why = "accepts" + (f", falls back to torch.compile: {e.reason}" if e.reason else "")
@@ -398,52 +396,6 @@ def _qual(fn: Any) -> str:
     return getattr(fn, "__qualname__", type(fn).__name__)
 
 
-def _identity_check(plan: list) -> Callable[[], bool]:
-    """``valid()``: every holder still holds its wrapper, with the same ctx and inner tensors
-    (nested ones too), checked by identity in one generated expression."""
-    ns: dict = {}
-    terms: list = []
-
-    def name(v: Any) -> str:
-        ns[f"v{len(ns)}"] = v
-        return f"v{len(ns) - 1}"
-
-    def visit(t: Any) -> None:
-        d = name(t.__dict__)
-        terms.append(f"{d}[{_CTX!r}] is {name(t.__dict__[_CTX])}")
-        for n in t.__dict__[_CTX].present:
-            x = t.__dict__[n]
-            terms.append(f"{d}[{n!r}] is {name(x)}")
-            if isinstance(x, WrapperTensor):
-                visit(x)
-
-    for holder, attr, t, _ in plan:
-        terms.append(f"{name(holder)}.get({attr!r}) is {name(t)}")
-        visit(t)
-    text = "def valid():\n    try:\n        return " + " and ".join(terms or ["True"]) + \
-        "\n    except KeyError:\n        return False\n"
-    exec(builtins.compile(text, "<subclass_kit.compile parameters>", "exec"), ns)
-    return ns["valid"]
-
-
-def _collect(v: Any, out: list) -> None:
-    t = type(v)
-    if t is _Tensor or t is _Parameter:
-        return
-    if isinstance(v, WrapperTensor):
-        d = v.__dict__
-        for n in type(v).__kit__.inner_names:
-            if d.get(n) is not None:
-                _collect(d[n], out)
-        out.append(v)
-    elif t is list or t is tuple:
-        for x in v:
-            _collect(x, out)
-    elif t is dict:
-        for x in v.values():
-            _collect(x, out)
-
-
 def _on_record(e: _Entry, leaves: list, spec: Any, rebuilt: list) -> None:
     rec = record_from(leaves, spec, rebuilt)
     if e.record is not None and e.record != rec:
@@ -451,72 +403,3 @@ def _on_record(e: _Entry, leaves: list, spec: Any, rebuilt: list) -> None:
         # output differs: an older trace could be served with the wrong record from now on.
         rec.unsafe = rec.unsafe or "dynamo recompiled the body with another output structure"
     e.record = rec
-
-
-_TENSOR_KINDS = ("tensor", "inner", "wrapper")  # what `walk` adds to the layout check
-_SIG_KINDS = ("tensor", "class", "ctx", "value")  # what it adds to the signature
-
-
-def _wrapped_requiring_grad(checked: list, names: list) -> str | None:
-    """The first wrapper (or inner tensor of one) that requires grad, by name, or None."""
-    tensors = [(kind, n) for kind, n in names if kind in _TENSOR_KINDS]
-    for t, (kind, where) in zip(checked, tensors):
-        if kind != "tensor" and t.requires_grad:
-            return where
-    return None
-
-
-def _autograd_reason(checked: list, names: list) -> str | None:
-    where = _wrapped_requiring_grad(checked, names)
-    if where is None:
-        return None
-    return (f"autograd: {where} requires grad in grad mode (the boundary rebuilds wrappers from "
-            "their inner tensors, which would take the wrapper's gradient)")
-
-
-def _dynamic_reason(checked: list, names: list) -> str | None:
-    tensors = [n for kind, n in names if kind in _TENSOR_KINDS]
-    for t, where in zip(checked, tensors):
-        if _compat.has_dynamic_marks(t):
-            return (f"dynamic shapes: {where} has dims marked dynamic (the boundary compiles each "
-                    "layout with static shapes)")
-    return None
-
-
-def _differs(e: _Entry, sig: list, names: list, checked: list) -> str | None:
-    sig_names = [(kind, n) for kind, n in names if kind in _SIG_KINDS]
-    for (kind, where), want, got in zip(sig_names, e.full_sig, sig):
-        if want == got and type(want) is type(got):
-            continue
-        if kind == "ctx":
-            return f"{where}: {_ctx_diff(want, got)}"
-        if kind == "class":
-            return f"{where}: type: expected {_qual(want)}, got {_qual(got)}"
-        return f"{where}: expected {_show(want)}, got {_show(got)}"
-    if len(sig) != len(e.full_sig):
-        return f"the arguments differ in structure: {len(e.full_sig)} parts expected, got {len(sig)}"
-    tensor_names = [n for kind, n in names if kind in _TENSOR_KINDS]
-    for where, lay, t in zip(tensor_names, e.layout, checked):
-        now = (t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
-        for field, a, b in zip(_LAYOUT, lay, now):
-            if a != b:
-                a, b = (tuple(a), tuple(b)) if field == "size()" else (a, b)
-                return f"{where}.{field}: expected {a}, got {b}"
-    return None
-
-
-def _ctx_diff(want: SubclassCtx, got: SubclassCtx) -> str:
-    if want.dtype != got.dtype:
-        return f"dtype: expected {want.dtype}, got {got.dtype}"
-    if want.present != got.present:
-        return f"inner tensors present: expected {list(want.present)}, got {list(got.present)}"
-    for (n, a), (_, b) in zip(want.fields, got.fields):
-        if a != b or type(a) is not type(b):
-            return f"ctx.{n}: expected {a!r}, got {b!r}"
-    return f"ctx: expected {want!r}, got {got!r}"
-
-
-def _show(v: Any) -> str:
-    if type(v) is tuple and len(v) == 2 and isinstance(v[0], type):
-        return f"{v[1]!r}" if v[0] not in (list, tuple, dict) else f"a {v[0].__name__} of {v[1]!r}"
-    return repr(v)

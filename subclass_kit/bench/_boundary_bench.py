@@ -62,7 +62,7 @@ def _torchao_model(plain):
     return m
 
 
-def _compiled_call(rounds: int, min_run_time: float) -> list[dict]:
+def _compiled_call(rounds: int, number: int) -> list[dict]:
     import subclass_kit
 
     from ..examples import TwoTensor
@@ -91,7 +91,7 @@ def _compiled_call(rounds: int, min_run_time: float) -> list[dict]:
     with torch.no_grad():
         for fn in calls.values():
             fn()
-        res, ratio = interleaved(calls, rounds=rounds, reference="floor", min_run_time=min_run_time)
+        res, ratio = interleaved(calls, rounds=rounds, reference="floor", number=number)
     return _with_ratios(ratio_rows("compiled_call boundary", "x*y+x 16x16", res, reference="floor", kinds=_KINDS),
                         ratio)
 
@@ -104,7 +104,7 @@ def _with_ratios(rows: list[dict], ratio: dict) -> list[dict]:
     return rows
 
 
-def _quantized(rounds: int, min_run_time: float) -> list[dict]:
+def _quantized(rounds: int, number: int) -> list[dict]:
     import subclass_kit
 
     from . import interleaved, ratio_rows
@@ -125,7 +125,7 @@ def _quantized(rounds: int, min_run_time: float) -> list[dict]:
             fn()
         body, inputs = cb._body_for(x)
         calls["kit weights body"] = lambda: body(*inputs)
-        res, ratio = interleaved(calls, rounds=rounds, reference="plain weights", min_run_time=min_run_time)
+        res, ratio = interleaved(calls, rounds=rounds, reference="plain weights", number=number)
     rows = _with_ratios(ratio_rows("quantized model boundary", f"{LAYERS} Linear int8 weights", res,
                                    reference="plain weights", kinds=_KINDS), ratio)
     base = res["plain weights"].median
@@ -142,5 +142,7 @@ def run(quick: bool = False) -> list[dict]:
     Example:
         >>> rows = run(quick=True)  # doctest: +SKIP
     """
-    rounds, min_run_time = (3, 0.05) if quick else (21, 0.05)
-    return _compiled_call(rounds, min_run_time) + _quantized(rounds, min_run_time)
+    # Many short rounds of a fixed call count: on a loaded machine the median of per-round
+    # ratios settles where a few long rounds do not.
+    rounds, number = (3, 50) if quick else (41, 200)
+    return _compiled_call(rounds, number) + _quantized(rounds, max(number // 4, 10))
