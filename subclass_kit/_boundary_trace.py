@@ -193,14 +193,17 @@ def make_body(fn: Callable, module: Any, arg_recipes: tuple, kw_recipes: tuple, 
                   _compat.comptime_items(c, "rebuilt"))
 
     ns = src.ns
-    ns.update(_tree_flatten=_pytree.tree_flatten, _flatten_leaf=_flatten_leaf, _comptime=_compat.comptime(),
+    ns.update(_Tensor=_Tensor, _tree_flatten=_pytree.tree_flatten, _flatten_leaf=_flatten_leaf, _comptime=_compat.comptime(),
               _hook=hook, _on_record=on_record, _is_compiling=torch.compiler.is_compiling)
     text = "\n".join([
         f"def {name}(*flat):",
         "    rebuilt = []",
         *src.lines,
         f"    out = {call}",
-        "    leaves, spec = _tree_flatten(out)",
+        "    if isinstance(out, _Tensor):  # the common result: no pytree traced (its guards cost per call)",
+        "        leaves, spec = [out], None",
+        "    else:",
+        "        leaves, spec = _tree_flatten(out)",
         "    result = []",
         "    for leaf in leaves:",
         "        _flatten_leaf(leaf, result)",
@@ -243,8 +246,11 @@ def _plain_storages(v, out: set) -> set:
 
 
 def record_from(leaves: list, spec: Any, rebuilt: list) -> Record:
-    """The record of one trace: from the fake (or, untraced, real) leaves, the pytree spec and
-    the wrappers the body rebuilt from its inputs (in ``walk``'s order)."""
+    """The record of one trace: from the fake (or, untraced, real) leaves, the pytree spec
+    (None: the result is one tensor) and the wrappers the body rebuilt from its inputs (in
+    ``walk``'s order)."""
+    if spec is None:
+        spec = _pytree.tree_structure(0)
     unsafe: list = []
     inputs = [_plain_storages(w, set()) for w in rebuilt]
     needs = [False]
