@@ -112,6 +112,8 @@ class _Source:
         self.lines: list = []
         self.ns: dict = {}
         self.names: dict = {}  # id(value) -> its global (the values live in ns meanwhile)
+        self.held_from = 1 << 62
+        self.holder: Any = None
         self.n_wrappers = 0
 
     def const(self, v: Any) -> str:
@@ -127,6 +129,8 @@ class _Source:
         """An expression for recipe ``r`` (see ``walk``); a wrapper becomes a local first."""
         kind = r[0]
         if kind == "t":
+            if r[1] >= self.held_from:  # a parameter's inner tensor, held by the holder module
+                return f"{self.const(self.holder)}.t{r[1] - self.held_from}"
             return f"flat[{r[1]}]"
         if kind == "w":
             _, rebuild, kids, owner, fields, dtype, present, size, stride = r
@@ -172,7 +176,7 @@ def _flatten_leaf(leaf: Any, out: list) -> None:
 
 
 def make_body(fn: Callable, module: Any, arg_recipes: tuple, kw_recipes: tuple, param_recipes: tuple,
-              on_record: Callable, name: str) -> Callable:
+              on_record: Callable, name: str, holder: Any = None, held_from: int = 0) -> Callable:
     """The function ``torch.compile`` sees for one signature: plain tensors in, plain tensors out.
 
     Generated as source with the ctx parts, sizes and strides as literals, so dynamo guards
@@ -180,6 +184,11 @@ def make_body(fn: Callable, module: Any, arg_recipes: tuple, kw_recipes: tuple, 
     automatic-dynamic state and its recompiles per signature, as the boundary does.
     """
     src = _Source()
+    if holder is not None:
+        # A module's wrapper parameters' inner tensors are read from ``holder``'s buffers,
+        # not passed in: dynamo skips the tensor guards of a module whose buffer dict is
+        # unchanged, as it does for the parameters of a module it compiles.
+        src.holder, src.held_from = holder, held_from
     args = "(" + "".join(src.expr(r) + ", " for r in arg_recipes) + ")"
     kwargs = "{" + ", ".join(f"{k!r}: {src.expr(r)}" for k, r in kw_recipes) + "}"
     if module is None:

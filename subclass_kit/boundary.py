@@ -124,6 +124,7 @@ class Boundary:
         self._param_key = 0
         self._param_outer: list = []
         self._param_flat: list = []
+        self._holder: torch.nn.Module | None = None  # the parameters' inner tensors as buffers
         self._param_valid: Callable[[], bool] = lambda: True
         self._param_reason: str | None = None  # a parameter the boundary cannot take apart
         if self.module is not None:
@@ -154,6 +155,12 @@ class Boundary:
             outer.append(t)
         self._param_key = self._param_keys.setdefault(tuple(sig), len(self._param_keys))
         self._param_outer, self._param_flat = outer, flat
+        # One holder for the boundary's life (compiled bodies read it): refilled in place.
+        if self._holder is None:
+            self._holder = torch.nn.Module()
+        self._holder._buffers.clear()
+        for i, t in enumerate(flat):
+            self._holder.register_buffer(f"t{i}", t, persistent=False)
         self._param_valid = identity_check(plan)
 
     def _walk_params(self, sig: list, checked: list, flat: list, names: list | None) -> list:
@@ -211,7 +218,6 @@ class Boundary:
                     raise Unservable(self._param_reason)
                 sig.append(self._param_key)
                 checked += self._param_outer
-                flat += self._param_flat
             key = tuple(sig)
             bucket = self._table.get(key)
         except Unservable:
@@ -265,6 +271,7 @@ class Boundary:
             sig2.append(k)
             names.append(("value", f"kwargs[{k!r}]"))
             kw_recipes.append((k, walk(v, sig2, checked2, flat2, names, f"kwargs[{k!r}]")))
+        held_from = len(flat2)
         param_recipes = self._walk_params(sig2, checked2, flat2, names)
         reason = autograd_reason(checked2, names) if _grad_on() else None
         if reason is None:
@@ -281,7 +288,8 @@ class Boundary:
                                      [tuple(t.shape) for t in checked])).encode()).hexdigest()[:10]
             entry_box: list = []
             body = make_body(self.fn, self.module, arg_recipes, tuple(kw_recipes), tuple(param_recipes),
-                             lambda *a: _on_record(entry_box[0], *a), f"boundary_{tag}")
+                             lambda *a: _on_record(entry_box[0], *a), f"boundary_{tag}",
+                             holder=self._holder, held_from=held_from)
             compiled = torch.compile(body, **self._opts)
         e = _Entry(key, tuple(sig2), checked2, checked, grad, compiled, reason)
         if compiled is not None:
@@ -321,7 +329,6 @@ class Boundary:
         if self._params:
             sig.append(self._param_key)
             checked += self._param_outer
-            flat += self._param_flat
         for e in self._table.get(tuple(sig), ()):
             if e.compiled is not None and e.check(*checked):
                 return e.compiled, flat
