@@ -6,6 +6,7 @@ This module only re-exports; what is not re-exported is private.
 
 from . import fallbacks as fallbacks, pytree as pytree, serialization as serialization
 from .base import WrapperTensor as WrapperTensor
+from .boundary import compile as compile
 from .compiling import is_compiling as is_compiling
 from .ctx import SubclassCtx as SubclassCtx, ctx_of as ctx_of
 from .errors import (
@@ -55,6 +56,7 @@ _recompiles.install()
 
 __all__ = [
     "WrapperTensor",
+    "compile",
     "inner",
     "meta",
     "state",

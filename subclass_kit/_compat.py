@@ -937,5 +937,72 @@ def symbol_sources(env, sym) -> list:
 
 
 def recompile_limit() -> int:
-    """How many graphs dynamo compiles for one frame before it falls back to eager."""
+    """How many graphs dynamo compiles for one frame before it falls back to eager (also the
+    compile boundary's default limit of kept artifacts)."""
     return int(torch._dynamo.config.recompile_limit)
+
+
+# ---- the compile boundary (boundary.py, _boundary_trace.py) ----------------------------------
+
+
+def tensor_guard(tensors: list):
+    """dynamo's C++ TENSOR_MATCH over ``tensors``, every size and stride static: an object
+    whose ``check(*tensors)`` is True when each has the recorded type, dispatch keys, dtype,
+    device, requires_grad, sizes and strides."""
+    from torch._C._dynamo.guards import TensorGuards
+
+    sizes: Any = [list(t.shape) for t in tensors]  # per tensor, per dim (torch's stub says flat)
+    strides: Any = [list(t.stride()) for t in tensors]
+    return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
+
+
+def comptime():
+    """dynamo's ``comptime``: ``comptime(cb)`` in traced code runs ``cb(ctx)`` while dynamo
+    traces that frame (``cb`` must be made outside the traced code); a no-op in eager."""
+    from torch._dynamo.comptime import comptime as _comptime
+
+    return _comptime
+
+
+def comptime_items(ctx, name: str) -> list:
+    """The values of the traced local ``name`` (a list or tuple) as dynamo sees them: a fake
+    tensor for each tensor (a fake wrapper for a wrapper), the constant otherwise, or
+    ``NotImplemented`` for a value that is neither (a SymInt, an opaque object)."""
+    from torch._dynamo.comptime import ComptimeVar
+
+    seq = ctx.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
+    out = []
+    for vt in seq.items:
+        v = ComptimeVar(vt)
+        try:
+            if issubclass(v.python_type(), torch.Tensor):
+                out.append(v.as_fake())
+            elif v.is_python_constant():
+                out.append(v.as_python_constant())
+            else:
+                out.append(NotImplemented)
+        except Exception:  # a value comptime cannot describe: never rebuilt by the boundary
+            out.append(NotImplemented)
+    return out
+
+
+def comptime_constant(ctx, name: str):
+    """The traced local ``name`` as a Python constant (e.g. a pytree spec)."""
+    return ctx.get_local(name).as_python_constant()
+
+
+def storage_ref(t: torch.Tensor):
+    """A value equal for two tensors (real or fake) exactly when they share a storage."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    return StorageWeakRef(t.untyped_storage())
+
+
+def is_grad_mode_on() -> bool:
+    return torch.is_grad_enabled()
+
+
+def has_dynamic_marks(t: torch.Tensor) -> bool:
+    """True when ``torch._dynamo.mark_dynamic`` (or a weak/unbacked mark) was applied to ``t``."""
+    return any(hasattr(t, a) for a in ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices",
+                                       "_dynamo_unbacked_indices"))

@@ -44,7 +44,7 @@ def _public_callables(pkg):
 
 # Every public module of subclass_kit; "" is the top level (WrapperTensor and the re-exports).
 KIT_MODULES = ("", "pytree", "serialization", "compiling", "deploy", "recompiles", "testing", "cli",
-               "errors", "bench", "fallbacks", "fields", "ctx", "examples", "collectives", "sharded")
+               "errors", "bench", "fallbacks", "fields", "ctx", "examples", "collectives", "sharded", "boundary")
 
 
 def test_every_public_kit_module_is_checked():

@@ -156,3 +156,18 @@ def test_sharded_suite_rows_kit_beside_dtensor():
         summary = next(r for r in rows if r["group"] == g and r["name"] == "median over ops"
                        and r["impl"] == "kit ShardedTensor")
         assert summary["ratio"] == pytest.approx(statistics.median(kit), abs=1e-3)
+
+
+@pytest.mark.slow  # inductor compiles the call and a 29-layer model four ways each
+def test_boundary_suite_rows():
+    from subclass_kit.bench import _boundary_bench as boundary_bench
+
+    rows = boundary_bench.run(quick=True)
+    by = {(r["group"], r["impl"]): r for r in rows}
+    for impl in ("plain", "floor", "kit torch.compile", "kit boundary"):
+        assert by[("compiled_call boundary", impl)]["reference"] == "floor"
+    for impl in ("plain weights", "kit weights torch.compile", "kit weights boundary", "kit weights body",
+                 "torchao int8 torch.compile"):
+        assert "overhead_us" in by[("quantized model boundary", impl)]
+    assert by[("compiled_call boundary", "floor")]["ratio"] == 1.0
+    assert all(r["median_us"] > 0 for r in rows)

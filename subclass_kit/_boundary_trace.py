@@ -1,0 +1,398 @@
+"""What the compile boundary (``boundary.py``) hands to dynamo and takes back.
+
+A call's arguments are walked once: every kit wrapper contributes its class and ctx to the
+call's *signature*, its outer tensor to the layout check, and its inner tensors (recursively,
+for nested wrappers) to the flat list of plain tensors the compiled *body* takes. The body,
+traced by dynamo, rebuilds the wrappers from those plain tensors with the class's
+``graph_rebuild`` and ctx parts held as constants, so dynamo guards plain tensors only. It
+returns the result's leaves with every wrapper taken apart again; while dynamo traces it, a
+comptime hook records how to put the result back together (the pytree spec, and the class,
+ctx, size and stride of each wrapper, from the fake values): that record is the *finish*.
+Nothing runs twice: the structure comes from the trace, never from an eager run.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from . import _compat
+from .base import WrapperTensor
+from .ctx import CTX_ATTR
+
+__all__ = ["PLAIN", "Unservable", "collect", "identity_check", "walk", "make_body", "Record", "record_from", "finish_for"]
+
+_Tensor = torch.Tensor
+_Parameter = torch.nn.Parameter
+PLAIN = _PLAIN = "plain"  # the signature element of a plain tensor
+_pytree = _compat.python_pytree
+
+
+class Unservable(Exception):
+    """The boundary cannot serve this call; ``reason`` says why (it goes to torch.compile)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def walk(v: Any, sig: list, checked: list, flat: list, names: list | None, where: str,
+         inner: bool = False) -> Any:
+    """Add ``v`` to a call's signature, layout check and flat inputs; with ``names`` (a list),
+    also name each signature element and checked tensor and return ``v``'s rebuild recipe.
+
+    ``inner``: ``v`` is a wrapper's inner tensor (kept out of the signature: the wrapper's
+    ctx already says which inner tensors are present)."""
+    t = type(v)
+    if t is _Tensor or t is _Parameter:
+        if not inner:
+            sig.append(_PLAIN)
+        checked.append(v)
+        flat.append(v)
+        if names is not None:
+            names.append(("inner" if inner else "tensor", where))
+            return ("t", len(flat) - 1)
+        return None
+    if isinstance(v, _Tensor):
+        kit = t.__dict__.get("__kit__")
+        if kit is None:
+            raise Unservable(
+                f"{where} is a {t.__qualname__}, neither a plain tensor nor a kit wrapper "
+                "(torch.compile takes it as it is)"
+            )
+        if kit.state_order:
+            raise Unservable(f"{where} is a {t.__qualname__}, which declares state() the boundary does not carry")
+        d = v.__dict__
+        ctx = d[CTX_ATTR]
+        sig.append(t)
+        sig.append(ctx)
+        checked.append(v)
+        if names is not None:
+            names.append(("class", where))
+            names.append(("ctx", where))
+            names.append(("wrapper", where))
+        kids: list = []
+        for n in kit.inner_names:
+            x = d.get(n)
+            if x is None:
+                kids.append(None)
+            else:
+                kids.append(walk(x, sig, checked, flat, names, f"{where}.{n}", True))
+        if names is None:
+            return None
+        return ("w", kit.graph_rebuild, tuple(kids), ctx.owner, ctx.fields, ctx.dtype, ctx.present,
+                tuple(v.shape), tuple(v.stride()))
+    if t is list or t is tuple:
+        sig.append((t, len(v)))
+        if names is not None:
+            names.append(("value", where))
+        kids = [walk(x, sig, checked, flat, names, f"{where}[{i}]") for i, x in enumerate(v)]
+        return None if names is None else (t.__name__, tuple(kids))
+    if t is dict:
+        keys = tuple(v)
+        sig.append((dict, keys))
+        if names is not None:
+            names.append(("value", where))
+        kids = [walk(v[k], sig, checked, flat, names, f"{where}[{k!r}]") for k in keys]
+        return None if names is None else ("dict", keys, tuple(kids))
+    # Any other value is a constant of the trace, so part of the key (by type: 1 == True).
+    sig.append((t, v))
+    if names is not None:
+        names.append(("value", where))
+        return ("v", v)
+    return None
+
+
+class _Source:
+    """Python source for the body: literal constants inline, anything else as a global of
+    the body's own namespace (dynamo guards a literal in the code not at all, a global once)."""
+
+    def __init__(self) -> None:
+        self.lines: list = []
+        self.ns: dict = {}
+        self.names: dict = {}  # id(value) -> its global (the values live in ns meanwhile)
+        self.held_from = 1 << 62
+        self.holder: Any = None
+        self.n_wrappers = 0
+
+    def const(self, v: Any) -> str:
+        if _is_literal(v):
+            return repr(v)
+        name = self.names.get(id(v))
+        if name is None:
+            name = self.names[id(v)] = f"_k{len(self.ns)}"
+            self.ns[name] = v
+        return name
+
+    def expr(self, r: Any) -> str:
+        """An expression for recipe ``r`` (see ``walk``); a wrapper becomes a local first."""
+        kind = r[0]
+        if kind == "t":
+            if r[1] >= self.held_from:  # a parameter's inner tensor, held by the holder module
+                return f"{self.const(self.holder)}.t{r[1] - self.held_from}"
+            return f"flat[{r[1]}]"
+        if kind == "w":
+            _, rebuild, kids, owner, fields, dtype, present, size, stride = r
+            inners = ", ".join("None" if k is None else self.expr(k) for k in kids)
+            name = f"w{self.n_wrappers}"
+            self.n_wrappers += 1
+            args = ", ".join(self.const(c) for c in (owner, fields, dtype, present, size, stride))
+            self.lines.append(f"    {name} = {self.const(rebuild)}(({inners},), {args})")
+            self.lines.append(f"    rebuilt.append({name})")
+            return name
+        if kind == "list":
+            return "[" + ", ".join(self.expr(k) for k in r[1]) + "]"
+        if kind == "tuple":
+            return "(" + "".join(self.expr(k) + ", " for k in r[1]) + ")"
+        if kind == "dict":
+            return "{" + ", ".join(f"{self.const(k)}: {self.expr(x)}" for k, x in zip(r[1], r[2])) + "}"
+        return self.const(r[1])
+
+
+def _is_literal(v: Any) -> bool:
+    t = type(v)
+    if t is float:
+        return v == v and v not in (float("inf"), float("-inf"))
+    if t in (int, str, bool, type(None)):
+        return True
+    return t is tuple and all(_is_literal(x) for x in v)
+
+
+@_compat.allow_in_graph
+def _inner_tensors(t):
+    # One graph node taking a wrapper apart: dynamo cannot call __tensor_flatten__ itself.
+    d = t.__dict__
+    return tuple([d[n] for n in t._kit_ctx.present])
+
+
+def _flatten_leaf(leaf: Any, out: list) -> None:
+    """Traced by dynamo: a wrapper that does not require grad goes out as its inner tensors."""
+    if isinstance(leaf, WrapperTensor) and not leaf.requires_grad:
+        for x in _inner_tensors(leaf):
+            _flatten_leaf(x, out)
+    else:
+        out.append(leaf)
+
+
+def make_body(fn: Callable, module: Any, arg_recipes: tuple, kw_recipes: tuple, param_recipes: tuple,
+              on_record: Callable, name: str, holder: Any = None, held_from: int = 0) -> Callable:
+    """The function ``torch.compile`` sees for one signature: plain tensors in, plain tensors out.
+
+    Generated as source with the ctx parts, sizes and strides as literals, so dynamo guards
+    the plain tensors and little else; named ``name``, so dynamo keeps its cache, its
+    automatic-dynamic state and its recompiles per signature, as the boundary does.
+    """
+    src = _Source()
+    if holder is not None:
+        # A module's wrapper parameters' inner tensors are read from ``holder``'s buffers,
+        # not passed in: dynamo skips the tensor guards of a module whose buffer dict is
+        # unchanged, as it does for the parameters of a module it compiles.
+        src.holder, src.held_from = holder, held_from
+    args = "(" + "".join(src.expr(r) + ", " for r in arg_recipes) + ")"
+    kwargs = "{" + ", ".join(f"{k!r}: {src.expr(r)}" for k, r in kw_recipes) + "}"
+    if module is None:
+        call = f"{src.const(fn)}(*{args}, **{kwargs})"
+    else:
+        params = "{" + ", ".join(f"{k!r}: {src.expr(r)}" for k, r in param_recipes) + "}"
+        call = f"{src.const(torch.func.functional_call)}({src.const(module)}, {params}, {args}, {kwargs})"
+
+    def hook(c):  # runs while dynamo traces the body; made here, outside it, as comptime needs
+        on_record(_compat.comptime_items(c, "leaves"), _compat.comptime_constant(c, "spec"),
+                  _compat.comptime_items(c, "rebuilt"))
+
+    ns = src.ns
+    ns.update(_Tensor=_Tensor, _tree_flatten=_pytree.tree_flatten, _flatten_leaf=_flatten_leaf, _comptime=_compat.comptime(),
+              _hook=hook, _on_record=on_record, _is_compiling=torch.compiler.is_compiling)
+    text = "\n".join([
+        f"def {name}(*flat):",
+        "    rebuilt = []",
+        *src.lines,
+        f"    out = {call}",
+        "    if isinstance(out, _Tensor):  # the common result: no pytree traced (its guards cost per call)",
+        "        leaves, spec = [out], None",
+        "    else:",
+        "        leaves, spec = _tree_flatten(out)",
+        "    result = []",
+        "    for leaf in leaves:",
+        "        _flatten_leaf(leaf, result)",
+        "    if _is_compiling():",
+        "        _comptime(_hook)",
+        "    else:  # dynamo ran this frame eagerly (a fallback of its own): record from the values",
+        "        _on_record(list(leaves), spec, list(rebuilt))",
+        "    return tuple(result)",
+    ])
+    exec(compile(text, f"<subclass_kit.compile {name}>", "exec"), ns)
+    return ns[name]
+
+
+class Record:
+    """How one traced body's flat outputs become the result (see ``record_from``)."""
+
+    __slots__ = ("spec", "descs", "slots", "unsafe", "needs_inputs", "finish")
+
+    def __init__(self, spec, descs, slots, unsafe, needs_inputs) -> None:
+        self.spec = spec
+        self.descs = descs
+        self.slots = slots
+        self.unsafe = unsafe
+        self.needs_inputs = needs_inputs
+        self.finish = finish_for(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Record) and (self.spec, self.descs) == (other.spec, other.descs)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _plain_storages(v, out: set) -> set:
+    if isinstance(v, WrapperTensor):
+        for n in v.__dict__[CTX_ATTR].present:
+            _plain_storages(v.__dict__[n], out)
+    else:
+        out.add(_compat.storage_ref(v))
+    return out
+
+
+def record_from(leaves: list, spec: Any, rebuilt: list) -> Record:
+    """The record of one trace: from the fake (or, untraced, real) leaves, the pytree spec
+    (None: the result is one tensor) and the wrappers the body rebuilt from its inputs (in
+    ``walk``'s order)."""
+    if spec is None:
+        spec = _pytree.tree_structure(0)
+    unsafe: list = []
+    inputs = [_plain_storages(w, set()) for w in rebuilt]
+    needs = [False]
+
+    def desc(v, where):
+        if v is NotImplemented or not isinstance(v, _Tensor):
+            return ("c",)
+        if not isinstance(v, WrapperTensor) or v.requires_grad:
+            return ("t",)
+        kit = type(v).__kit__
+        d = v.__dict__
+        kids = tuple(None if d.get(n) is None else desc(d[n], f"{where}.{n}") for n in kit.inner_names)
+        for k, w in enumerate(rebuilt):
+            if v is w:  # the input itself, returned
+                needs[0] = True
+                return ("in", k, kids)
+        size, stride = tuple(v.shape), tuple(v.stride())
+        offset = v.storage_offset()
+        if any(type(s) is not int for s in size + stride) or type(offset) is not int:
+            unsafe.append(f"{where} has a symbolic size {size}")
+        mine = _plain_storages(v, set())
+        alias = [k for k, s in enumerate(inputs) if mine & s]
+        if alias:
+            needs[0] = True
+            if len(alias) > 1 or not mine <= inputs[alias[0]]:
+                unsafe.append(f"{where} views the inner tensors of more than one input")
+        return ("w", kit.cls, d[CTX_ATTR], size, stride, offset, kids, alias[0] if alias else None)
+
+    descs = tuple(desc(v, f"output leaf {i}") for i, v in enumerate(leaves))
+    slots = sum(_count(dd) for dd in descs)
+    return Record(spec, descs, slots, "; ".join(unsafe) or None, needs[0])
+
+
+def _count(dd) -> int:
+    if dd[0] == "w":
+        return sum(_count(k) for k in dd[6] if k is not None)
+    if dd[0] == "in":
+        return sum(_count(k) for k in dd[2] if k is not None)
+    return 1
+
+
+def _rebuild(dd, flat: tuple, i: int, inputs: list) -> tuple[Any, int]:
+    kind = dd[0]
+    if kind == "t" or kind == "c":
+        return flat[i], i + 1
+    if kind == "in":
+        return inputs[dd[1]], i + _count(dd)
+    _, cls, ctx, size, stride, offset, kids, alias = dd
+    inners: list = []
+    for k in kids:
+        if k is None:
+            inners.append(None)
+        else:
+            x, i = _rebuild(k, flat, i, inputs)
+            inners.append(x)
+    if type(size[0] if size else 0) is not int:  # symbolic (recorded as unsafe): torch's own rule
+        out = cls.__tensor_unflatten__(dict(zip(cls.__kit__.inner_names, inners)), ctx, None, None)
+    else:
+        out = cls.__kit__.make(tuple(inners), ctx, size, stride, offset)
+    if alias is not None:
+        # The input's inner tensors are what this result views: share its wrapper-level
+        # storage too, as the kit's view handlers do in eager.
+        _compat.functionalize_unsafe_set(out, inputs[alias])
+    return out, i
+
+
+def finish_for(rec: Record) -> Callable[[tuple, list | None], Any]:
+    """``finish(flat, inputs)``: the result from the body's flat outputs. The common case (one
+    wrapper of plain inner tensors, nothing aliased) is the class's ``parts_builder``."""
+    descs, spec = rec.descs, rec.spec
+    if spec.is_leaf() and len(descs) == 1:
+        dd = descs[0]
+        if dd[0] == "w" and dd[7] is None and all(k is not None and k[0] == "t" for k in dd[6]) \
+                and all(type(s) is int for s in dd[3]):
+            make, ctx, size, stride, offset = dd[1].__kit__.make, dd[2], dd[3], dd[4], dd[5]
+            if len(dd[6]) == len(dd[1].__kit__.inner_names):  # no optional inner left out
+                return lambda flat, inputs: make(flat, ctx, size, stride, offset)
+            build = dd[1].parts_builder(ctx, size=size, stride=stride, offset=offset)
+            return lambda flat, inputs: build(*flat)
+        if dd[0] in ("t", "c"):
+            return lambda flat, inputs: flat[0]
+
+    def finish(flat, inputs):
+        out, i = [], 0
+        for dd in descs:
+            v, i = _rebuild(dd, flat, i, inputs or [])
+            out.append(v)
+        return _pytree.tree_unflatten(out, spec)
+
+    return finish
+
+
+def identity_check(plan: list) -> Callable[[], bool]:
+    """``valid()``: every holder still holds its wrapper, with the same ctx and inner tensors
+    (nested ones too), checked by identity in one generated expression."""
+    ns: dict = {}
+    terms: list = []
+
+    def name(v: Any) -> str:
+        ns[f"v{len(ns)}"] = v
+        return f"v{len(ns) - 1}"
+
+    def visit(t: Any) -> None:
+        d = name(t.__dict__)
+        terms.append(f"{d}[{CTX_ATTR!r}] is {name(t.__dict__[CTX_ATTR])}")
+        for n in t.__dict__[CTX_ATTR].present:
+            x = t.__dict__[n]
+            terms.append(f"{d}[{n!r}] is {name(x)}")
+            if isinstance(x, WrapperTensor):
+                visit(x)
+
+    for holder, attr, t, _ in plan:
+        terms.append(f"{name(holder)}.get({attr!r}) is {name(t)}")
+        visit(t)
+    text = "def valid():\n    try:\n        return " + " and ".join(terms or ["True"]) + \
+        "\n    except KeyError:\n        return False\n"
+    exec(compile(text, "<subclass_kit.compile parameters>", "exec"), ns)
+    return ns["valid"]
+
+
+def collect(v: Any, out: list) -> None:
+    t = type(v)
+    if t is _Tensor or t is _Parameter:
+        return
+    if isinstance(v, WrapperTensor):
+        d = v.__dict__
+        for n in type(v).__kit__.inner_names:
+            if d.get(n) is not None:
+                collect(d[n], out)
+        out.append(v)
+    elif t is list or t is tuple:
+        for x in v:
+            collect(x, out)
+    elif t is dict:
+        for x in v.values():
+            collect(x, out)
