@@ -122,7 +122,8 @@ def _missing_ops(run, case, x, e: BaseException, compiled: str = "") -> tuple:
     """``(what, fix)`` for a backward that hit an op the class does not handle, listing the
     aten ops that backward runs on the class and those it lacks."""
     ops, missing = backward_ops(case.call, x)
-    first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    first = first.split(". ")[0][:200]  # the op; the fix is ours, below
     need = f"; the backward of {case.label} runs these aten ops on {run.name}: {', '.join(ops)}" if ops else ""
     lack = f"; {run.name} lacks: {', '.join(missing)}" if missing else ""
     register = (f"register handlers for {', '.join(missing)} with @{run.name}.implements(...)" if missing and run.subject.is_kit

@@ -145,16 +145,22 @@ class Reference:
 
     def unjudged(self, result) -> int:
         """How many positions meaningful in ``result`` the reference cannot judge."""
+        return self.counts(result)[1]
+
+    def counts(self, result) -> tuple:
+        """``(judged, unjudged)``: meaningful positions of ``result``'s narrowed tensors that
+        the reference judges and that it cannot (``(0, 0)`` when nothing is narrowed)."""
         if self.judged is None:
-            return 0
-        total = 0
+            return 0, 0
+        good = bad = 0
         for r, j in zip(flat(result), self.judged):
             if not isinstance(j, torch.Tensor):
                 continue
-            care = plain_mask(r) if isinstance(r, torch.Tensor) else None
-            bad = ~j if care is None else (care & ~j)
-            total += int(bad.sum())
-        return total
+            care = plain_mask(r) if isinstance(r, torch.Tensor) and type(r) is not torch.Tensor else None
+            care = torch.ones_like(j) if care is None else care.expand(j.shape)
+            good += int((care & j).sum())
+            bad += int((care & ~j).sum())
+        return good, bad
 
 
 def result_care(result, judged) -> list | None:

@@ -223,6 +223,25 @@ def test_sweep_without_the_hook_skips_and_builds_no_instance(monkeypatch):
     assert row.status == "skip" and "__dynamic_samples__" in row.message and "packed.size(0)" in row.message
 
 
+def test_a_free_marker_is_a_free_dim():
+    import symbolic
+
+    if not hasattr(symbolic, "FREE"):
+        pytest.skip("symbolic.FREE is not in this tree yet")
+    from subclass_kit.testing._sweep_samples import free_dims
+
+    class Marked(Packed):
+        @classmethod
+        def __inner_shapes__(cls, outer_size, ctx):
+            return {"packed": (symbolic.FREE, outer_size[2]), "seq_offsets": (outer_size[0] + 1,)}
+
+    g = torch.Generator().manual_seed(0)
+    x = Marked.build([torch.randn(n, 4, generator=g) for n in (3, 5, 2)])
+    assert free_dims(x) == [("packed", 0)]
+    row = check_subclass(x, backends=("aot_eager",), only=["compile.dynamic_sweep"]).rows[0]
+    assert row.status == "skip" and "packed.size(0)" in row.message and "__dynamic_samples__" in row.message
+
+
 def test_row_names_are_unique():
     report = check_subclass(Packed, backends=(), only=["eager"])
     names = [r.name for r in report.rows]
