@@ -134,11 +134,11 @@ def _missing_ops(run, case, x, e: BaseException, compiled: str = "") -> tuple:
 
 def _refusal(e: BaseException):
     """The NotImplementedError in an exception's chain (dynamo wraps what the backend raised)."""
-    seen = 0
-    while e is not None and seen < 8:
-        if isinstance(e, NotImplementedError):
-            return e
-        e, seen = e.__cause__ or e.__context__, seen + 1
+    c: BaseException | None = e
+    for _ in range(8):
+        if c is None or isinstance(c, NotImplementedError):
+            return c
+        c = c.__cause__ or c.__context__
     return None
 
 

@@ -19,6 +19,7 @@ stale metadata.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import torch
 
@@ -280,7 +281,8 @@ def _run_sweep(run, fn, xs, shown, source, tried, free) -> str:
     skipped = f"; skipped {'; '.join(tried)}" if tried else ""
     backend = run.compile_backend()
     _compat.dynamo_reset()
-    cnt = cfn = None
+    cnt: Any = None
+    cfn: Any = None
     for x in xs:
         expected = fn(x)
         try:

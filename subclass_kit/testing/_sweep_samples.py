@@ -98,7 +98,8 @@ def varied(xs, free) -> tuple:
     """``(varied, fixed)`` descriptions: outer dims and free inner dims that take more than
     one size across ``xs`` and those that keep one."""
     base = xs[0]
-    moved, kept = [], []
+    moved: list = []
+    kept: list = []
     for d in range(base.dim()):
         (moved if len({int(x.shape[d]) for x in xs}) > 1 else kept).append(f"dim {d}")
     for n, d in free or []:
