@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import symbolic
 from subclass_kit import WrapperTensor, inner
 from subclass_kit.testing import check_subclass, sweep_ops
 
@@ -223,17 +224,18 @@ def test_sweep_without_the_hook_skips_and_builds_no_instance(monkeypatch):
     assert row.status == "skip" and "__dynamic_samples__" in row.message and "packed.size(0)" in row.message
 
 
-def test_a_free_marker_is_a_free_dim():
-    import symbolic
+class Marked(Packed):
+    """packed declared (FREE, D): its first dim free, D derived."""
 
+    @classmethod
+    def __inner_shapes__(cls, outer_size, ctx):
+        return {"packed": (symbolic.FREE, outer_size[2]), "seq_offsets": (outer_size[0] + 1,)}
+
+
+def test_a_free_marker_is_a_free_dim():
     if not hasattr(symbolic, "FREE"):
         pytest.skip("symbolic.FREE is not in this tree yet")
     from subclass_kit.testing._sweep_samples import free_dims
-
-    class Marked(Packed):
-        @classmethod
-        def __inner_shapes__(cls, outer_size, ctx):
-            return {"packed": (symbolic.FREE, outer_size[2]), "seq_offsets": (outer_size[0] + 1,)}
 
     g = torch.Generator().manual_seed(0)
     x = Marked.build([torch.randn(n, 4, generator=g) for n in (3, 5, 2)])
