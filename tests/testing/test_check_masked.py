@@ -89,7 +89,8 @@ def _seq_sum(x, values):
     return torch.zeros(x.shape[0], values.shape[1], dtype=values.dtype).index_add(0, seg, values)
 
 
-@Packed.implements(aten.add.Tensor, aten.mul.Tensor, aten.neg.default, aten.gelu.default, aten.ones_like.default)
+@Packed.implements(aten.add.Tensor, aten.mul.Tensor, aten.neg.default, aten.gelu.default, aten.ones_like.default,
+                    aten.rand_like.default)  # (random: compared by shape and dtype)
 def _pointwise(func, types, args, kwargs):
     x = next(a for a in args if isinstance(a, Packed))
     return x.like(func(*[_data(a) for a in args], **kwargs))
@@ -167,6 +168,7 @@ def test_mask_gives_no_false_fails_and_without_it_the_advice_names_the_hook():
     assert "torch.masked.mean" in rows["eager[torch.mean(*__op_args__)]"].message
     assert "torch.masked.softmax" in rows["eager[torch.nn.functional.softmax(*__op_args__)]"].message
     assert rows["backward.eager"].status == "pass" and "meaningful" in rows["backward.eager"].message
+    assert rows["eager[aten.rand_like.default(x)]"].status == "pass"
     # the same class without the hook: linear's bias, mean and softmax differ at padding
     report, rows = _rows(Unmasked, backends=(), only=["eager[torch", "eager[Tensor"])
     failed = {r.name for r in report.failures}
