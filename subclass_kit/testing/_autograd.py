@@ -175,9 +175,11 @@ def _eager(run):
     outd.backward(cot)
     d = dense_difference(grad, xd.grad, "grad", judged=[mask] if mask is not None else None)
     if d:
+        ops = backward_ops(case.call, x)[0]
+        which = ", ".join(ops) if ops else "e.g. mul, expand, ones_like"
         raise Fail(
             f"backward through {case.label} on {describe(x)} disagrees with the dense backward{how}: {d}",
-            "check the handlers of the backward ops (e.g. mul, expand, ones_like) against to_plain()"
+            f"check the handlers of the ops this backward runs on {run.name} ({which}) against to_plain()"
             + ("; only positions __plain_mask__ marks meaningful were compared" if mask is not None else ""),
         )
     return case.label + (" (meaningful positions)" if mask is not None else "")

@@ -264,6 +264,23 @@ def test_backward_row_names_the_ops_it_needs():
     assert "Fix: register handlers for aten.gelu_backward.default" in msg
 
 
+class BadGeluBackward(Packed):
+    """gelu's backward handler forgets gelu's derivative: it passes the gradient through."""
+
+
+@BadGeluBackward.implements(aten.gelu_backward.default)
+def _gelu_backward(func, types, args, kwargs):
+    return args[0].like(args[0].packed.clone())
+
+
+def test_a_wrong_gradient_at_meaningful_positions_fails_naming_the_backward_ops():
+    _, rows = _rows(BadGeluBackward, ops=[F.gelu], backends=(), only=["eager", "backward.eager"])
+    row = rows["backward.eager"]
+    assert row.status == "fail" and "values differ at 40 of 40 meaningful positions" in row.message, row.message
+    assert "ops this backward runs on BadGeluBackward (aten.ones_like.default, aten.gelu_backward.default" \
+        in row.message, row.message
+
+
 class FromPlain(Packed):
     @classmethod
     def from_plain(cls, t):
