@@ -164,10 +164,7 @@ def _buildable(base, fn, wanted, tried) -> tuple:
         except Exception as e:
             tried.append(f"{'x'.join(map(str, size))} (cannot build: {type(e).__name__}: {_first_line(e)})")
             continue
-        try:
-            fn(x)
-        except Exception as e:
-            tried.append(f"{'x'.join(map(str, size))} (eager itself raised {type(e).__name__}: {_first_line(e)})")
+        if not own.runs(fn, x, "x".join(map(str, size)), tried):
             continue
         xs.append(x)
         sizes.append(size)
