@@ -1,0 +1,228 @@
+"""``JaggedTensor``: a batch of variable-length sequences, packed back to back.
+
+The class itself: fields, construction, the dense views, the checker's hooks, and the
+differentiable bridge between the wrapper and its packed rows. Its ops live in
+``_jagged_ops.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .. import _compat
+from ..base import WrapperTensor
+from ..errors import SubclassKitError
+from ..fields import inner
+
+__all__ = ["JaggedTensor", "JaggedLayoutError"]
+
+
+class JaggedLayoutError(SubclassKitError, ValueError):
+    """Two jagged operands whose sequences do not line up, or a list that cannot be packed."""
+
+
+class JaggedTensor(WrapperTensor):
+    """Variable-length sequences ``(len_i, D)`` packed into one ``(total_tokens, D)`` tensor.
+
+    The outer shape is the padded ``(B, max_len, D)``; only the first ``len_i`` rows of
+    sequence ``i`` mean something (``__plain_mask__``). ``to_plain()`` is the zero-padded
+    dense tensor. Ops: pointwise (with scalars, a plain ``(D,)`` operand, or a JaggedTensor
+    with the same offsets), ``F.linear``, activations, per-sequence ``sum``/``mean`` over
+    dim 1 (a plain ``(B, D)`` result) and ``softmax`` over dim 1, each with the backward of
+    the dense padded model on the meaningful positions.
+
+    Exercises: an inner tensor with a free dim (total tokens, set by the data, not by the
+    outer shape), torch-function handlers that keep autograd (``wrap``/``unwrap``), a
+    meaningful-position mask for the checker, and samples at other sizes for its sweep.
+
+    Example:
+        >>> import torch
+        >>> x = JaggedTensor.from_list([torch.ones(2, 3), torch.ones(4, 3)])
+        >>> tuple(x.shape), tuple(x.packed.shape), x.seq_offsets.tolist(), x.lengths().tolist()
+        ((2, 4, 3), (6, 3), [0, 2, 6], [2, 4])
+        >>> torch.nn.functional.linear(x, torch.eye(3)).mean(dim=1)
+        tensor([[1., 1., 1.],
+                [1., 1., 1.]])
+    """
+
+    packed: torch.Tensor = inner(doc="(total_tokens, D): the rows of every sequence, back to back")
+    seq_offsets: torch.Tensor = inner(
+        dtype=torch.int64, doc="(B + 1,): sequence i is packed[seq_offsets[i]:seq_offsets[i + 1]]"
+    )
+
+    @classmethod
+    def __inner_shapes__(cls, outer_size, ctx):
+        batch, _max_len, dim = outer_size
+        # ``packed``'s first dim (total tokens) is set by the data alone: left free.
+        return {"seq_offsets": (batch + 1,)}
+
+    # ---- construction ------------------------------------------------------------------
+    @classmethod
+    def from_list(cls, tensors: Sequence[torch.Tensor]) -> "JaggedTensor":
+        """Pack ``[t_1, ..., t_B]``, each ``(len_i, D)``, into one JaggedTensor.
+
+        Differentiable: gradients flow back into the list's tensors.
+
+        Args:
+            tensors: 2-D tensors with the same ``D``, dtype and device (``len_i`` may be 0).
+
+        Returns:
+            A JaggedTensor of outer shape ``(B, max(len_i), D)``.
+
+        Raises:
+            JaggedLayoutError: an empty list, a tensor that is not 2-D, or differing ``D``.
+
+        Example:
+            >>> import torch
+            >>> x = JaggedTensor.from_list([torch.zeros(1, 2), torch.zeros(3, 2)])
+            >>> tuple(x.shape), x.seq_offsets.tolist()
+            ((2, 3, 2), [0, 1, 4])
+        """
+        if not tensors:
+            raise JaggedLayoutError("JaggedTensor.from_list needs at least one (len_i, D) tensor; got an empty list.")
+        dim = tensors[0].shape[-1] if tensors[0].dim() == 2 else None
+        for i, t in enumerate(tensors):
+            if t.dim() != 2 or t.shape[1] != dim:
+                raise JaggedLayoutError(
+                    f"JaggedTensor.from_list: every tensor must be (len_i, D) with the same D; "
+                    f"tensor {i} has shape {tuple(t.shape)}, expected (len_{i}, {dim}). Reshape it to 2-D first."
+                )
+        lengths = [int(t.shape[0]) for t in tensors]
+        offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64, device=tensors[0].device)
+        offsets[1:] = torch.tensor(lengths, dtype=torch.int64).cumsum(0)
+        return cls.wrap(torch.cat(list(tensors)), offsets, size=(len(lengths), max(lengths), dim))
+
+    @classmethod
+    def wrap(cls, packed: torch.Tensor, seq_offsets: torch.Tensor, *, size) -> "JaggedTensor":
+        """``JaggedTensor(packed, seq_offsets, size=size)``, differentiable in ``packed``.
+
+        What a handler returns: the new wrapper is a node of autograd's graph, so gradients
+        reach the inputs ``packed`` came from (a plain constructor call would make a leaf).
+
+        Example:
+            >>> import torch
+            >>> p = torch.ones(3, 2, requires_grad=True)
+            >>> x = JaggedTensor.wrap(p, torch.tensor([0, 1, 3]), size=(2, 2, 2))
+            >>> x.unwrap().sum().backward(); p.grad.tolist()
+            [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
+        """
+        if packed.requires_grad and torch.is_grad_enabled():
+            return _wrap(packed, seq_offsets, tuple(size))
+        return cls.from_parts((packed, seq_offsets), size=size)
+
+    def unwrap(self) -> torch.Tensor:
+        """The packed rows ``(total_tokens, D)``, differentiable: their gradient reaches this wrapper."""
+        if self.requires_grad and torch.is_grad_enabled():
+            return _unwrap(self)
+        return self.packed
+
+    # ---- dense views -------------------------------------------------------------------
+    def lengths(self) -> torch.Tensor:
+        """The ``(B,)`` int64 lengths of the sequences."""
+        return self.seq_offsets.diff()
+
+    def token_index(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(seq, pos)``, each ``(total_tokens,)``: row ``k`` of ``packed`` is position
+        ``pos[k]`` of sequence ``seq[k]`` (no data-dependent sizes: it compiles with a
+        dynamic total)."""
+        total = self.packed.shape[0]
+        k = torch.arange(total, device=self.packed.device)
+        seq = torch.searchsorted(self.seq_offsets[1:], k, right=True)
+        return seq, k - self.seq_offsets[seq]
+
+    def to_padded(self, padding_value: float = 0.0) -> torch.Tensor:
+        """The dense ``(B, max_len, D)`` tensor, ``padding_value`` past each sequence's end.
+
+        Example:
+            >>> import torch
+            >>> JaggedTensor.from_list([torch.ones(1, 1), torch.ones(2, 1)]).to_padded(-1.0)[:, :, 0]
+            tensor([[ 1., -1.],
+                    [ 1.,  1.]])
+        """
+        seq, pos = self.token_index()
+        b, n, d = self.shape
+        out = torch.full((b, n, d), padding_value, dtype=self.dtype, device=self.packed.device)
+        return out.index_put((seq, pos), self.unwrap())
+
+    def to_plain(self) -> torch.Tensor:
+        """The zero-padded dense tensor (``to_padded(0.0)``)."""
+        return self.to_padded(0.0)
+
+    # ---- the checker's hooks -------------------------------------------------------------
+    def __plain_mask__(self) -> torch.Tensor:
+        """``(B, max_len, 1)`` bool: True at the rows that belong to a sequence (not padding)."""
+        n = self.shape[1]
+        pos = torch.arange(n, device=self.packed.device)
+        return (pos[None, :] < self.lengths()[:, None]).unsqueeze(-1)
+
+    @classmethod
+    def __samples__(cls):
+        g = torch.Generator().manual_seed(3)
+        return [
+            cls.from_list([torch.randn(n, 4, generator=g) for n in (3, 5, 2)]),
+            cls.from_list([torch.randn(n, 6, generator=g) for n in (7, 1)]),
+        ]
+
+    @classmethod
+    def __dynamic_samples__(cls, sample: "JaggedTensor"):
+        """Instances like ``sample`` at other sizes: another B, max_len and total tokens."""
+        g = torch.Generator().manual_seed(4)
+        d = sample.shape[2]
+        out = []
+        for lengths in ((4, 9, 2, 6), (11, 3, 8)):
+            parts = [torch.randn(n, d, generator=g, dtype=sample.dtype) for n in lengths]
+            out.append(cls.from_list(parts).requires_grad_(sample.requires_grad))
+        return out
+
+
+def same_layout(a: JaggedTensor, b: JaggedTensor, what: str) -> None:
+    """Raise unless ``a`` and ``b`` hold the same sequences' rows (same offsets)."""
+    if a.seq_offsets is b.seq_offsets or a.seq_offsets.data_ptr() == b.seq_offsets.data_ptr():
+        return
+    if _compat.is_compiling() or a.seq_offsets.shape != b.seq_offsets.shape or not torch.equal(a.seq_offsets, b.seq_offsets):
+        if not _compat.is_compiling():
+            raise JaggedLayoutError(
+                f"JaggedTensor {what}: the operands' sequences differ (seq_offsets {a.seq_offsets.tolist()} vs "
+                f"{b.seq_offsets.tolist()}). Combine jagged tensors built from the same batch, or pad both "
+                "with to_padded() first."
+            )
+
+
+# ---- the differentiable bridge (one call node each under torch.compile) ----------------
+class _Wrap(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, packed, seq_offsets, size):
+        return JaggedTensor.from_parts((packed.view_as(packed), seq_offsets), size=size)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if isinstance(grad, JaggedTensor):
+            return grad.packed, None, None
+        raise TypeError(f"JaggedTensor: the gradient of a jagged result must be a JaggedTensor, got {type(grad).__name__}")
+
+
+class _Unwrap(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.layout = (x.seq_offsets, tuple(x.shape))
+        return x.packed.view_as(x.packed)
+
+    @staticmethod
+    def backward(ctx, grad):
+        offsets, size = ctx.layout
+        return JaggedTensor.from_parts((grad, offsets), size=size)
+
+
+@_compat.allow_in_graph
+def _wrap(packed, seq_offsets, size):
+    return _Wrap.apply(packed, seq_offsets, size)
+
+
+@_compat.allow_in_graph
+def _unwrap(x):
+    return _Unwrap.apply(x)
+
+
+from . import _jagged_ops  # noqa: E402,F401  (registers the ops; it imports this module)
