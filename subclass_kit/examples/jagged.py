@@ -178,16 +178,17 @@ class JaggedTensor(WrapperTensor):
 
 
 def same_layout(a: JaggedTensor, b: JaggedTensor, what: str) -> None:
-    """Raise unless ``a`` and ``b`` hold the same sequences' rows (same offsets)."""
-    if a.seq_offsets is b.seq_offsets or a.seq_offsets.data_ptr() == b.seq_offsets.data_ptr():
+    """Raise unless ``a`` and ``b`` hold the same sequences' rows (equal offsets). Traced
+    offsets have no values to compare: under compile the check is eager's job."""
+    oa, ob = a.seq_offsets, b.seq_offsets
+    if oa is ob or _compat.is_compiling() or _compat.is_fake(oa) or _compat.is_fake(ob):
         return
-    if _compat.is_compiling() or a.seq_offsets.shape != b.seq_offsets.shape or not torch.equal(a.seq_offsets, b.seq_offsets):
-        if not _compat.is_compiling():
-            raise JaggedLayoutError(
-                f"JaggedTensor {what}: the operands' sequences differ (seq_offsets {a.seq_offsets.tolist()} vs "
-                f"{b.seq_offsets.tolist()}). Combine jagged tensors built from the same batch, or pad both "
-                "with to_padded() first."
-            )
+    if oa.shape != ob.shape or not torch.equal(oa, ob):
+        raise JaggedLayoutError(
+            f"JaggedTensor {what}: the operands' sequences differ (seq_offsets {oa.tolist()} vs "
+            f"{ob.tolist()}). Combine jagged tensors built from the same batch, or pad both with "
+            "to_padded() first."
+        )
 
 
 # ---- the differentiable bridge (one call node each under torch.compile) ----------------
