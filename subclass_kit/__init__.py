@@ -26,6 +26,8 @@ from .errors import (
     SubclassKitError as SubclassKitError,
     SubclassOutputError as SubclassOutputError,
     UnsupportedOpError as UnsupportedOpError,
+    WrapGradientError as WrapGradientError,
+    GradientDroppedError as GradientDroppedError,
 )
 from .fields import inner as inner, meta as meta, state as state
 
@@ -75,6 +77,8 @@ __all__ = [
     "HandlerResultError",
     "ToPlainError",
     "LocalClassWarning",
+    "WrapGradientError",
+    "GradientDroppedError",
 ]
 
 

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from . import _compat
+from . import _compat, _wrap
 from ._defaults import builtin_handler
 from .errors import HandlerResultError
 from ._opname import op_name
@@ -248,12 +248,26 @@ def _result_message(cls, func, h, kinds, out) -> str:
     )
 
 
+def _public_name(func) -> str:
+    module = getattr(func, "__module__", None) or "torch"
+    # F.linear and friends live in torch._C._nn; users know them by their public home.
+    if module == "torch._C._nn":
+        module = "torch.nn.functional"
+    owner = getattr(func, "__objclass__", None)
+    if isinstance(owner, type) and owner is not object and issubclass(torch.Tensor, owner):
+        return f"torch.Tensor.{getattr(func, '__name__', func)}"
+    return f"{module}.{getattr(func, '__name__', func)}"
+
+
 def _checked_torch_function(cls, func, h):
     """A torch-level handler checked like an aten handler, against the schema of the aten op
     of the same name (``F.linear`` -> ``aten.linear``): a list where one tensor is due is a
-    ``HandlerResultError`` in eager, in ``nn.Linear`` and under compile, not a silent list."""
+    ``HandlerResultError`` in eager, in ``nn.Linear`` and under compile, not a silent list.
+    A wrapper it returns must keep its inputs' autograd graph (``GradientDroppedError``)."""
     if not cls.__check_handlers__ or is_kit_handler(h):
         return h
+    name = _public_name(func)
+    h = _wrap.keeps_graph(cls, func, h, name)
     packet = getattr(torch.ops.aten, getattr(func, "__name__", ""), None)
     op = getattr(packet, "default", None) if packet is not None else None
     if op is None:
@@ -262,17 +276,15 @@ def _checked_torch_function(cls, func, h):
     test = None if kinds is None else _result_test(kinds)
     if test is None:
         return h
-    module = getattr(func, "__module__", None) or "torch"
-    # F.linear and friends live in torch._C._nn; users know them by their public home.
-    name = f"{'torch.nn.functional' if module == 'torch._C._nn' else module}.{func.__name__}"
+    inner = h
 
     def checked(func, types, args, kwargs):
-        out = h(func, types, args, kwargs)
+        out = inner(func, types, args, kwargs)
         if out is NotImplemented or test(out):
             return out
-        raise HandlerResultError(_result_message(cls, name, h, kinds, out))
+        raise HandlerResultError(_result_message(cls, name, getattr(inner, "__wrapped__", inner), kinds, out))
 
-    checked.__wrapped__ = h
+    checked.__wrapped__ = getattr(inner, "__wrapped__", inner)
     return checked
 
 

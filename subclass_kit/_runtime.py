@@ -50,6 +50,8 @@ class KitClass:
         "default_ctxs",
         "default_inner_shapes",
         "graph_rebuild",
+        "graph_wrap",
+        "graph_unwrap",
         "make",
         "__weakref__",
     )
@@ -76,6 +78,9 @@ class KitClass:
         self.default_ctxs: dict = {}
         self.default_inner_shapes = default_inner_shapes
         self.graph_rebuild: Callable | None = None
+        #: ``Cls.wrap`` / ``x.unwrap()``'s graph functions (see ``_wrap.py``)
+        self.graph_wrap: Callable | None = None
+        self.graph_unwrap: Callable | None = None
         self.make: Callable = build_make(cls, self.inner_names, self.state_names)
 
     def inner_shapes_are_outer(self) -> bool:

@@ -20,7 +20,7 @@ else:  # torch itself depends on typing_extensions
 
 import torch
 
-from . import _aliasing, _compat, _dispatch, _flatten, _instance_state, _pre_dispatch
+from . import _aliasing, _compat, _dispatch, _flatten, _instance_state, _pre_dispatch, _wrap
 from ._construct import construct, contiguous_strides
 from ._runtime import KitClass, build_parts, default_ctx
 from .ctx import SubclassCtx, reader
@@ -149,6 +149,48 @@ class WrapperTensor(torch.Tensor):
 
     def __new__(cls, *args: Any, **kwargs: Any):
         return construct(cls, args, dict(kwargs))
+
+    @classmethod
+    def wrap(cls, *args: Any, **kwargs: Any) -> Any:
+        """The constructor, differentiable: gradients flow into the inner tensors given.
+
+        Same arguments as ``Cls(...)``. The result is a non-leaf when an inner tensor
+        requires grad (what a handler returns after computing on inner tensors); a gradient
+        arriving as a ``Cls`` gives each inner tensor its field, a plain one is split by the
+        vector-Jacobian product of ``to_plain()``. See ``unwrap`` for the inverse and
+        docs/authoring.md ("Handlers and autograd").
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.examples import TwoTensor
+            >>> a = torch.ones(2, requires_grad=True)
+            >>> t = TwoTensor.wrap(a * 2, torch.zeros(2))
+            >>> t.is_leaf, t.requires_grad
+            (False, True)
+            >>> t.unwrap()[0].sum().backward()
+            >>> a.grad
+            tensor([2., 2.])
+        """
+        return _wrap.wrap(cls, args, kwargs)
+
+    def unwrap(self) -> tuple:
+        """The inner tensors, differentiable: their gradients flow back into this wrapper.
+
+        Returns a tuple with one entry per inner field, in declaration order (None for an
+        absent optional one). The gradient reaches the wrapper as an instance of its class
+        with its ctx, size and stride (non-floating inner tensors, such as offsets, are the
+        forward's own; a float inner without gradient is zeros).
+
+        Example:
+            >>> import torch
+            >>> from subclass_kit.examples import TwoTensor
+            >>> t = TwoTensor(torch.ones(2), torch.zeros(2)).requires_grad_()
+            >>> a, b = t.unwrap()
+            >>> (a * 3).sum().backward()
+            >>> type(t.grad).__name__, t.grad.a.tolist(), t.grad.b.tolist()
+            ('TwoTensor', [3.0, 3.0], [0.0, 0.0])
+        """
+        return _wrap.unwrap(self)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # Runs after validated construction only (see __post_init__ below).
@@ -460,6 +502,7 @@ def _install_runtime(cls, spec) -> None:
         cls.make = staticmethod(kit.make)
     _instance_state.install(cls, spec)
     kit.graph_rebuild = _flatten.graph_rebuild(cls)
+    kit.graph_wrap, kit.graph_unwrap = _wrap.graph_functions(cls)
     _dispatch.init_class(cls)
 
 

@@ -21,6 +21,8 @@ __all__ = [
     "HandlerResultError",
     "ToPlainError",
     "LocalClassWarning",
+    "WrapGradientError",
+    "GradientDroppedError",
 ]
 
 
@@ -111,3 +113,18 @@ class CheckpointError(SubclassKitError, ValueError):
 class UnsafeGlobalError(SubclassKitError, TypeError):
     """``serialization.allow`` was asked to allow-list a global the kit cannot vouch for
     (a class's ``__safe_globals__`` naming a function such as ``os.system``)."""
+
+
+# ---- autograd through wrappers (issue 28) -------------------------------------------------------
+
+
+class WrapGradientError(SubclassKitError, RuntimeError):
+    """The backward of ``Cls.wrap`` got a gradient it cannot split into gradients of the
+    inner tensors: a plain tensor for a class without a differentiable ``to_plain()``, or a
+    wrapper laid out differently from the one ``wrap`` built."""
+
+
+class GradientDroppedError(SubclassKitError, RuntimeError):
+    """A torch-function handler returned a wrapper built with the constructor from inputs
+    that require grad: the constructor makes a leaf, so the gradient stops there (a weight's
+    ``.grad`` stays None). Build the result with ``Cls.wrap(...)`` instead."""
