@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from symbolic import FREE
+
 from . import _compat
 from .ctx import SubclassCtx
 from .errors import ConstructionError, InnerShapeError, InnerShapesKeyError, OuterArgumentError, OuterDtypeWarning
@@ -72,6 +74,8 @@ def _check_inner_shapes(cls, spec, inners, size, ctx) -> None:
                 f"{_shape_fix(cls)}"
             )
         for d, (e, g) in enumerate(zip(exp, got)):
+            if e is FREE:
+                continue  # declared free: any size is valid
             if isinstance(e, int) and isinstance(g, int):
                 if e != g:
                     raise InnerShapeError(

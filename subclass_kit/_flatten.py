@@ -19,6 +19,8 @@ import copy
 
 import torch
 
+from symbolic import FREE
+
 from . import _compat
 from ._construct import check_parts, contiguous_strides
 from .errors import CheckpointError, SubclassKitError
@@ -120,7 +122,7 @@ def _record_relations(cls, inners, ctx, outer_size) -> None:
         if t is None or name not in shapes or hasattr(type(t), "__tensor_flatten__"):
             continue
         for got, want in zip(t.shape, shapes[name]):
-            if type(got) is int and type(want) is int:
+            if want is FREE or (type(got) is int and type(want) is int):
                 continue  # both static: TENSOR_MATCH pins them
             _compat.sym_check(got == want)
 

@@ -31,6 +31,7 @@ from .errors import (
     SymbolicError as SymbolicError,
 )
 from .dims import Dim as Dim, DimKind as DimKind
+from .free_dims import FREE as FREE
 from .policy import SubclassPolicy as SubclassPolicy
 from .protocol import walk as walk
 from .shape_relations import relations as relations, size_sources as size_sources, size_symbol as size_symbol

@@ -27,6 +27,7 @@ from . import _compat
 from .source_types import ROOT, InnerSource, SizeSource, Source
 from .dims import Dim, DimKind
 from .errors import PolicyTypeError, RelationError
+from .free_dims import FREE
 from .planning import resolve_dims
 from .policy import SubclassPolicy, normalize_dims
 from .protocol import ctx_of, inner_items, is_wrapper, where
@@ -186,6 +187,8 @@ class ShapeDescription:
             if shape is None:
                 continue
             for d, e in enumerate(shape[: v.dim()]):
+                if e is FREE:
+                    continue  # a size of its own: see free_dims()
                 out.append(Relation(wrapper, SizeSource(InnerSource(name, wrapper), d), e,
                                     {s: symbols[s] for s in e.free_symbols if s in symbols}))
         return out

@@ -29,6 +29,7 @@ import torch
 
 from . import _compat
 from .errors import PolicyTypeError, RelationError
+from .free_dims import FREE
 from .protocol import ctx_of, inner_items, is_wrapper, path_of, walk, where
 from .source_types import ROOT, InnerSource, SizeSource, Source
 
@@ -70,13 +71,16 @@ class TensorShape:
     """One tensor reached inside a root: where it is, and its sizes as expressions.
 
     ``exprs[i]`` is dim ``i`` in terms of the root's symbols (``s0``...) where a relation
-    ties it to them, else the tensor's own symbol ``symbols[i]``.
+    ties it to them, else the tensor's own symbol ``symbols[i]``. ``free`` holds the dims
+    the declaring class marks ``FREE`` in ``__inner_shapes__`` (their ``exprs`` are their
+    own symbols).
     """
 
     source: Source
     tensor: torch.Tensor
     symbols: tuple
     exprs: tuple
+    free: frozenset = frozenset()
 
     def related(self, i: int) -> bool:
         """True when dim ``i`` is given by a relation rather than its own free symbol."""
@@ -112,7 +116,8 @@ def _evaluate(cls: Any, ndim: int, ctx: Any) -> Mapping[str, tuple]:
         ) from e
     try:
         # Read-only: the result is cached and shared between callers.
-        return MappingProxyType({name: tuple(_tidy(s) for s in shape) for name, shape in shapes.items()})
+        return MappingProxyType({name: tuple(s if s is FREE else _tidy(s) for s in shape)
+                                 for name, shape in shapes.items()})
     except (TypeError, sympy.SympifyError, AttributeError) as e:
         raise RelationError(
             f"{cls.__name__}.__inner_shapes__ must return {{inner_name: tuple_of_sizes}}, got "
@@ -128,11 +133,11 @@ def _evaluate_cached(cls: type, ndim: int, ctx: Any) -> Mapping[str, tuple]:
 def _njt_shapes(ndim: int, ctx: Any) -> Mapping[str, tuple]:
     # torch's NestedTensor has no __inner_shapes__; its layout is fixed: ``_offsets`` has one
     # entry more than the batch, ``_lengths`` one per batch item, ``_values`` the ragged dim
-    # collapsed into its dim ``ragged_idx - 1`` (a size of its own) and the outer dims after
+    # collapsed into its dim ``ragged_idx - 1`` (FREE: a size of its own) and the outer dims after
     # the ragged one; the seqlen tensors' sizes are their own (left out).
     r = int(ctx["ragged_idx"]) if isinstance(ctx, Mapping) and "ragged_idx" in ctx else 1
     outer = [size_symbol("", i) for i in range(ndim)]
-    values = tuple(outer[1:r]) + (size_symbol("_values", r - 1),) + tuple(outer[r + 1:])
+    values = tuple(outer[1:r]) + (FREE,) + tuple(outer[r + 1:])
     return MappingProxyType({
         "_values": values,
         "_offsets": (outer[0] + 1,),
@@ -142,7 +147,8 @@ def _njt_shapes(ndim: int, ctx: Any) -> Mapping[str, tuple]:
 
 def inner_shapes_of(cls: type, ndim: int, ctx: Any) -> Mapping[str, tuple] | None:
     """``__inner_shapes__`` of ``cls`` evaluated on the symbols ``s0, s1, ...`` (cached), the
-    fixed layout of torch's NestedTensor, or None for a class that declares neither.
+    fixed layout of torch's NestedTensor, or None for a class that declares neither. A dim
+    the class marks ``FREE`` stays ``FREE``; every other dim is a sympy expression.
 
     Raises:
         RelationError: ``__inner_shapes__`` is not plain arithmetic on symbols.
@@ -190,8 +196,8 @@ def analyze(t: torch.Tensor) -> list[TensorShape]:
     return out
 
 
-def _analyze(t, src, symbols, exprs, values, out) -> None:
-    out.append(TensorShape(src, t, symbols, exprs))
+def _analyze(t, src, symbols, exprs, values, out, free=frozenset()) -> None:
+    out.append(TensorShape(src, t, symbols, exprs, free))
     if not is_wrapper(t):
         return
     cls = type(t)
@@ -202,6 +208,7 @@ def _analyze(t, src, symbols, exprs, values, out) -> None:
         path = path_of(isrc)
         syms = tuple(size_symbol(path, j) for j in range(v.dim()))
         values.update(_known(syms, v.shape))
+        free: frozenset = frozenset()
         if shapes is not None and name in shapes:
             shape = shapes[name]
             if len(shape) != v.dim():
@@ -209,10 +216,11 @@ def _analyze(t, src, symbols, exprs, values, out) -> None:
                     f"{where(isrc)}: {cls.__name__}.__inner_shapes__ gives {len(shape)} dims "
                     f"{shape} but the tensor has {v.dim()} (shape {tuple(v.shape)})."
                 )
-            iexprs = tuple(e.xreplace(canon) for e in shape)
+            free = frozenset(j for j, e in enumerate(shape) if e is FREE)
+            iexprs = tuple(syms[j] if j in free else e.xreplace(canon) for j, e in enumerate(shape))
             for j, e in enumerate(iexprs):
                 got = v.size(j)
-                if type(got) is not int:
+                if j in free or type(got) is not int:
                     continue  # a nested int (jagged dim) has no value to check against
                 want = e.xreplace(values)
                 if want.free_symbols or want != got:
@@ -232,7 +240,7 @@ def _analyze(t, src, symbols, exprs, values, out) -> None:
                 exprs[j] if j < t.dim() and _same_int(v.size(j), t.size(j)) else syms[j]
                 for j in range(v.dim())
             )
-        _analyze(v, isrc, syms, iexprs, values, out)
+        _analyze(v, isrc, syms, iexprs, values, out, free)
 
 
 def _class_ndim(cls: type, ndim: int | None) -> int:
@@ -291,6 +299,7 @@ def relations(t_or_cls: Any, *, ndim: int | None = None) -> list[sympy.Eq]:
             sympy.Eq(size_symbol(name, j), e)
             for name, shape in shapes.items()
             for j, e in enumerate(shape)
+            if e is not FREE
         ]
     if not isinstance(t_or_cls, torch.Tensor):
         raise PolicyTypeError(

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
+from symbolic import FREE
+
 from .. import _compat
 from .._construct import contiguous_strides
 from .errors import SamplesError
@@ -155,7 +157,9 @@ def inner_shapes_for(t, new_size) -> dict | None:
     fn = getattr(type(t), "__inner_shapes__", None)
     if fn is not None:
         shapes = fn(tuple(new_size), ctx)
-        return {n: tuple(int(s) for s in shapes[n]) for n in names if n in shapes}
+        # A FREE dim keeps this instance's size (the sweep varies the outer size only).
+        return {n: tuple(int(getattr(t, n).size(j)) if s is FREE else int(s) for j, s in enumerate(shapes[n]))
+                for n in names if n in shapes}
     out = {}
     outer = tuple(t.shape)
     for n in names:
