@@ -15,6 +15,7 @@ from .. import _compat
 from ._compare import dense_difference, difference
 from ._ops import INPLACE, VIEW
 from ._check import Check, Fail, Skip
+from ._mask import MASK_HOOK, plain_mask, reference
 from ._subject import dense, describe, flatten
 
 __all__ = ["plan"]
@@ -111,19 +112,46 @@ def _check_case(run, case):
         if case.kind == INPLACE:
             _check_inplace(run, case, x, out, what)
         if run.subject.has_to_plain:
-            ref = case.call(dense(x))
-            d = dense_difference(out, ref, "result", values=case.deterministic)
-            if d:
-                raise Fail(
-                    f"{case.label} on {what} disagrees with the same op on to_plain(): {d}",
-                    f"fix the handler for {case.label.split('(')[0]} (or to_plain(), if it is the one that is wrong)",
-                )
+            note = _compare_dense(run, case, x, out, what)
+            if note and note not in notes:
+                notes.append(note)
     if refused and len(refused) == sum(1 for x in run.samples if case.applies(x)):
         raise Skip(f"{case.label} raises on every sample for the dense tensor too ({refused[0][:160]}); not judged")
     if case not in run.passed_cases:
         run.passed_cases.append(case)
     if not run.subject.has_to_plain:
         notes.append("not compared with a dense result (no to_plain)")
+    return "; ".join(notes)
+
+
+def _compare_dense(run, case, x, out, what) -> str:
+    """Compare ``out`` with the op on ``to_plain()`` at the positions that mean something
+    (see ``_mask``); a note when some meaningful positions could not be judged."""
+    mask = plain_mask(x)
+    d0 = dense(x)
+    try:
+        ref = reference(case.call, [d0], [mask], op=case.op, args=case.args(d0) if case.kind != INPLACE else None)
+    except ValueError as e:
+        raise Skip(f"{case.label} on {what}: {e}; not judged") from None
+    d = dense_difference(out, ref.expected, "result", values=case.deterministic, judged=ref.judged)
+    if d:
+        op = case.label.split("(")[0]
+        against = f"{ref.how} on to_plain()" if ref.how else "the same op on to_plain()"
+        if mask is None and not hasattr(run.cls, MASK_HOOK):
+            fix = (f"fix the handler for {op} where it differs (or to_plain(), if it is the one that is wrong); "
+                   f"if those positions of to_plain() mean nothing (padding), declare the meaningful ones with "
+                   f"{run.name}.__plain_mask__(self) (docs/checking.md)")
+        else:
+            fix = (f"fix the handler for {op}: it differs at positions {run.name}.__plain_mask__ marks meaningful "
+                   "(or fix __plain_mask__ / to_plain(), if they are the ones that are wrong)")
+        raise Fail(f"{case.label} on {what} disagrees with {against}: {d}", fix)
+    notes = []
+    if ref.how:
+        notes.append(f"compared with {ref.how}")
+    skipped = ref.unjudged(out)
+    if skipped:
+        notes.append(f"{skipped} meaningful position(s) not judged: the dense result there depends on "
+                     "don't-care positions of the input")
     return "; ".join(notes)
 
 

@@ -17,7 +17,7 @@ import torch
 from .. import _compat
 from .._opname import op_name
 
-__all__ = ["OpCase", "default_cases", "user_cases", "op_name"]
+__all__ = ["OpCase", "default_cases", "user_cases", "op_name", "public_name", "unique_labels"]
 
 aten = torch.ops.aten
 
@@ -185,7 +185,24 @@ def default_cases(cls) -> list:
                 deterministic=_deterministic(op),
             )
         )
-    return cases + torch_function_cases(cls)
+    return unique_labels(cases + torch_function_cases(cls))
+
+
+def unique_labels(cases: list) -> list:
+    """``cases`` with every label made unique (row names must name one row): a repeated
+    label gets `` #2``, `` #3``, ... in order.
+
+    Example:
+        >>> c = OpCase("f(x)", None, lambda x: (x,))
+        >>> [k.label for k in unique_labels([c, c, c])]
+        ['f(x)', 'f(x) #2', 'f(x) #3']
+    """
+    seen: dict = {}
+    out = []
+    for c in cases:
+        n = seen[c.label] = seen.get(c.label, 0) + 1
+        out.append(c if n == 1 else OpCase(**{**c.__dict__, "label": f"{c.label} #{n}"}))
+    return out
 
 
 # Arguments the checker can make for registered ops that take more than the tensor, and
@@ -272,6 +289,22 @@ def _registered_torch_functions(cls) -> list:
     return out
 
 
+def public_name(fn) -> str:
+    """How a row names a torch-level function: its public module and name, ``Tensor.name``
+    for a Tensor method (``torch.Tensor.mean`` and ``torch.mean`` are two functions).
+
+    Example:
+        >>> import torch
+        >>> public_name(torch.Tensor.mean), public_name(torch.mean), public_name(torch.nn.functional.linear)
+        ('Tensor.mean', 'torch.mean', 'torch.nn.functional.linear')
+    """
+    name = getattr(fn, "__name__", repr(fn))
+    if getattr(fn, "__objclass__", None) is not None or str(getattr(fn, "__qualname__", "")).startswith("TensorBase."):
+        return f"Tensor.{name}"
+    module = getattr(fn, "__module__", None) or "torch"
+    return f"{'torch.nn.functional' if module == 'torch._C._nn' else module}.{name}"
+
+
 def torch_function_cases(cls) -> list:
     """Cases for the torch-level functions a kit class registers (``F.linear`` called with a
     plain activation, as a linear layer calls it); a class's ``__op_args__(cls, fn, x)`` gives
@@ -279,8 +312,7 @@ def torch_function_cases(cls) -> list:
     cases = []
     for fn in _registered_torch_functions(cls):
         name = getattr(fn, "__name__", repr(fn))
-        module = getattr(fn, "__module__", None) or "torch"
-        public = f"{'torch.nn.functional' if module == 'torch._C._nn' else module}.{name}"
+        public = public_name(fn)
         why = f"{cls.__qualname__} registers a torch-function handler for it"
         own = _own_args(cls, fn)
         if own is not None:
@@ -312,10 +344,18 @@ def user_cases(ops) -> list:
             )
         else:
             cases.append(
-                OpCase(f"{op_name(op)}(x)", op, lambda x: (x,), kind, True, "passed in ops=",
+                OpCase(f"{_label_name(op)}(x)", op, lambda x: (x,), kind, True, "passed in ops=",
                        deterministic=_deterministic(op), differentiable=kind == FUNCTIONAL)
             )
-    return cases
+    return unique_labels(cases)
+
+
+def _label_name(op) -> str:
+    if isinstance(op, (_compat.OpOverload, _compat.OpOverloadPacket)):
+        return op_name(op)
+    if getattr(op, "__objclass__", None) is not None or getattr(op, "__module__", None) in ("torch", "torch._C._nn"):
+        return public_name(op)
+    return op_name(op)
 
 
 def _functional_twin(op):
