@@ -28,7 +28,7 @@ def _packed_operand(a, x: JaggedTensor, *, differentiable: bool):
     plain tensor broadcast over the padded shape and read at the meaningful positions."""
     if isinstance(a, JaggedTensor):
         same_layout(x, a, "pointwise op")
-        return a.unwrap() if differentiable else a.packed
+        return a.rows() if differentiable else a.packed
     if isinstance(a, Tensor) and a.dim() > 1:
         seq, pos = x.token_index()
         shape = torch.broadcast_shapes(a.shape, x.shape)
@@ -87,7 +87,7 @@ def _linear(func, types, args, kwargs):
     if not isinstance(x, JaggedTensor) or isinstance(weight, JaggedTensor) or isinstance(bias, JaggedTensor):
         raise TypeError("JaggedTensor: F.linear takes a JaggedTensor input and plain weight and bias.")
     b, n, _ = x.shape
-    return JaggedTensor.wrap(F.linear(x.unwrap(), weight, bias), x.seq_offsets, size=(b, n, weight.shape[0]))
+    return JaggedTensor.wrap(F.linear(x.rows(), weight, bias), x.seq_offsets, size=(b, n, weight.shape[0]))
 
 
 def _dims(dim, ndim: int = 3) -> tuple:
@@ -112,11 +112,11 @@ def _reduction(func, types, args, kwargs):
             out = out / x.lengths().to(out.dtype)[:, None]
         return out.unsqueeze(1) if keepdim else out
     if dims == () and kind == "sum":
-        p = x.unwrap()
+        p = x.rows()
         return p.sum(dtype=dtype)
     if dims == (2,):
         # Per token: the result keeps the ragged layout only with keepdim.
-        p = x.unwrap()
+        p = x.rows()
         red = p.mean(-1, keepdim=True, dtype=dtype) if kind == "mean" else p.sum(-1, keepdim=True, dtype=dtype)
         out = JaggedTensor.wrap(red, x.seq_offsets, size=(x.shape[0], x.shape[1], 1))
         return out if keepdim else out.to_plain().squeeze(-1)
@@ -126,7 +126,7 @@ def _reduction(func, types, args, kwargs):
 
 def _segment_sum(x: JaggedTensor, dtype=None) -> Tensor:
     seq, _ = x.token_index()
-    p = x.unwrap()
+    p = x.rows()
     if dtype is not None:
         p = p.to(dtype)
     # index_add: its backward is a gather of the gradient rows, and inductor compiles it
@@ -145,7 +145,7 @@ def _softmax(func, types, args, kwargs):
     dtype = args[at] if len(args) > at else kwargs.get("dtype")
     if not isinstance(x, JaggedTensor) or dim is None:
         raise TypeError("JaggedTensor: softmax needs a JaggedTensor input and dim= (1 for over each sequence).")
-    p = x.unwrap()
+    p = x.rows()
     if dtype is not None:
         p = p.to(dtype)
     d = dim % 3

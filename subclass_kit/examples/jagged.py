@@ -15,6 +15,7 @@ from .. import _compat
 from ..base import WrapperTensor
 from ..errors import SubclassKitError
 from ..fields import inner
+from symbolic import FREE
 
 __all__ = ["JaggedTensor", "JaggedLayoutError"]
 
@@ -55,8 +56,8 @@ class JaggedTensor(WrapperTensor):
     @classmethod
     def __inner_shapes__(cls, outer_size, ctx):
         batch, _max_len, dim = outer_size
-        # ``packed``'s first dim (total tokens) is set by the data alone: left free.
-        return {"seq_offsets": (batch + 1,)}
+        # Total tokens is set by the data alone: FREE. D is still the outer D.
+        return {"packed": (FREE, dim), "seq_offsets": (batch + 1,)}
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
@@ -94,28 +95,11 @@ class JaggedTensor(WrapperTensor):
         offsets[1:] = torch.tensor(lengths, dtype=torch.int64).cumsum(0)
         return cls.wrap(torch.cat(list(tensors)), offsets, size=(len(lengths), max(lengths), dim))
 
-    @classmethod
-    def wrap(cls, packed: torch.Tensor, seq_offsets: torch.Tensor, *, size) -> "JaggedTensor":
-        """``JaggedTensor(packed, seq_offsets, size=size)``, differentiable in ``packed``.
-
-        What a handler returns: the new wrapper is a node of autograd's graph, so gradients
-        reach the inputs ``packed`` came from (a plain constructor call would make a leaf).
-
-        Example:
-            >>> import torch
-            >>> p = torch.ones(3, 2, requires_grad=True)
-            >>> x = JaggedTensor.wrap(p, torch.tensor([0, 1, 3]), size=(2, 2, 2))
-            >>> x.unwrap().sum().backward(); p.grad.tolist()
-            [[1.0, 1.0], [1.0, 1.0], [1.0, 1.0]]
-        """
-        if packed.requires_grad and torch.is_grad_enabled():
-            return _wrap(packed, seq_offsets, tuple(size))
-        return cls.from_parts((packed, seq_offsets), size=size)
-
-    def unwrap(self) -> torch.Tensor:
-        """The packed rows ``(total_tokens, D)``, differentiable: their gradient reaches this wrapper."""
+    def rows(self) -> torch.Tensor:
+        """``packed``, differentiable: its gradient reaches this wrapper (``unwrap()``'s first
+        entry when the wrapper requires grad; the field itself otherwise, which costs nothing)."""
         if self.requires_grad and torch.is_grad_enabled():
-            return _unwrap(self)
+            return self.unwrap()[0]
         return self.packed
 
     # ---- dense views -------------------------------------------------------------------
@@ -144,7 +128,7 @@ class JaggedTensor(WrapperTensor):
         seq, pos = self.token_index()
         b, n, d = self.shape
         out = torch.full((b, n, d), padding_value, dtype=self.dtype, device=self.packed.device)
-        return out.index_put((seq, pos), self.unwrap())
+        return out.index_put((seq, pos), self.rows())
 
     def to_plain(self) -> torch.Tensor:
         """The zero-padded dense tensor (``to_padded(0.0)``)."""
@@ -189,41 +173,6 @@ def same_layout(a: JaggedTensor, b: JaggedTensor, what: str) -> None:
             f"{ob.tolist()}). Combine jagged tensors built from the same batch, or pad both with "
             "to_padded() first."
         )
-
-
-# ---- the differentiable bridge (one call node each under torch.compile) ----------------
-class _Wrap(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, packed, seq_offsets, size):
-        return JaggedTensor.from_parts((packed.view_as(packed), seq_offsets), size=size)
-
-    @staticmethod
-    def backward(ctx, grad):
-        if isinstance(grad, JaggedTensor):
-            return grad.packed, None, None
-        raise TypeError(f"JaggedTensor: the gradient of a jagged result must be a JaggedTensor, got {type(grad).__name__}")
-
-
-class _Unwrap(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        ctx.layout = (x.seq_offsets, tuple(x.shape))
-        return x.packed.view_as(x.packed)
-
-    @staticmethod
-    def backward(ctx, grad):
-        offsets, size = ctx.layout
-        return JaggedTensor.from_parts((grad, offsets), size=size)
-
-
-@_compat.allow_in_graph
-def _wrap(packed, seq_offsets, size):
-    return _Wrap.apply(packed, seq_offsets, size)
-
-
-@_compat.allow_in_graph
-def _unwrap(x):
-    return _Unwrap.apply(x)
 
 
 from . import _jagged_ops  # noqa: E402,F401  (registers the ops; it imports this module)
