@@ -15,7 +15,9 @@ import torch
 from .. import _compat
 from ._compare import dense_difference, difference
 from ._compiled import explain_error, usable_cases
+from ._backward_ops import backward_ops
 from ._check import Check, Fail, Skip
+from ._mask import masked_fn, plain_mask, reference
 from ._subject import dense, describe, flatten
 
 __all__ = ["plan"]
@@ -116,23 +118,68 @@ def _backward(fn, x, case_label, user: bool = False):
     return leaf.grad, g
 
 
+def _missing_ops(run, case, x, e: BaseException, compiled: str = "") -> tuple:
+    """``(what, fix)`` for a backward that hit an op the class does not handle, listing the
+    aten ops that backward runs on the class and those it lacks."""
+    ops, missing = backward_ops(case.call, x)
+    first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+    need = f"; the backward of {case.label} runs these aten ops on {run.name}: {', '.join(ops)}" if ops else ""
+    lack = f"; {run.name} lacks: {', '.join(missing)}" if missing else ""
+    register = (f"register handlers for {', '.join(missing)} with @{run.name}.implements(...)" if missing and run.subject.is_kit
+                else f"handle {', '.join(missing) or 'the op named above'} in {run.name}.__torch_dispatch__")
+    return (f"{compiled}backward through {case.label} on {describe(x)} raised {type(e).__name__}: {first}{need}{lack}",
+            register)
+
+
+def _refusal(e: BaseException):
+    """The NotImplementedError in an exception's chain (dynamo wraps what the backend raised)."""
+    seen = 0
+    while e is not None and seen < 8:
+        if isinstance(e, NotImplementedError):
+            return e
+        e, seen = e.__cause__ or e.__context__, seen + 1
+    return None
+
+
 def _eager(run):
     case, x = _pick(run)
-    grad, g = _backward(case.call, x, case.label, case.why == "passed in ops=")
+    try:
+        grad, g = _backward(case.call, x, case.label, case.why == "passed in ops=")
+    except NotImplementedError as e:
+        raise Fail(*_missing_ops(run, case, x, e)) from None
     if tuple(grad.shape) != tuple(x.shape):
         raise Fail(f"the gradient of {describe(x)} has shape {tuple(grad.shape)}", "return outputs of the outer shape from backward ops")
     if not run.subject.has_to_plain:
         return f"{case.label}: gradient computed; {run.name} has no to_plain(), so it was not compared with a dense one"
+    mask = plain_mask(x)
     xd = dense(x).detach().requires_grad_(True)
-    outd = case.call(xd)
-    outd.backward(dense(g))
-    d = dense_difference(grad, xd.grad, "grad")
+    ref_fn, how = case.call, ""
+    if mask is not None:
+        # The dense backward must be the backward of what the class computes: an op over
+        # don't-care positions that the result depends on is not judged, a reduction over
+        # them is differentiated through its torch.masked version.
+        ref = reference(case.call, [dense(x).detach()], [mask], op=case.op, args=case.args(dense(x)))
+        out = case.call(x.detach())
+        if ref.unjudged(out):
+            raise Skip(f"{case.label}: its dense result at meaningful positions depends on don't-care "
+                       "positions of the input, so no dense gradient can judge it")
+        found = masked_fn(case.op, case.args(xd), mask)
+        if found is not None:
+            ref_fn, how = (lambda d: found[0](d)), f" (dense reference: {found[2]})"
+    outd = ref_fn(xd)
+    cot = dense(g)
+    out_mask = plain_mask(g) if isinstance(g, torch.Tensor) and type(g) is not torch.Tensor else None
+    if out_mask is not None:
+        cot = torch.where(out_mask, cot, torch.zeros_like(cot))  # don't-care outputs carry no gradient
+    outd.backward(cot)
+    d = dense_difference(grad, xd.grad, "grad", judged=[mask] if mask is not None else None)
     if d:
         raise Fail(
-            f"backward through {case.label} on {describe(x)} disagrees with the dense backward: {d}",
-            "check the handlers of the backward ops (e.g. mul, expand, ones_like) against to_plain()",
+            f"backward through {case.label} on {describe(x)} disagrees with the dense backward{how}: {d}",
+            "check the handlers of the backward ops (e.g. mul, expand, ones_like) against to_plain()"
+            + ("; only positions __plain_mask__ marks meaningful were compared" if mask is not None else ""),
         )
-    return case.label
+    return case.label + (" (meaningful positions)" if mask is not None else "")
     
 
 def _tangent_mismatch(run, case, x) -> tuple:
@@ -173,6 +220,9 @@ def _compiled(run):
     except (Fail, Skip):
         raise
     except Exception as e:
+        refused = _refusal(e)
+        if refused is not None:
+            raise Fail(*_missing_ops(run, case, x, refused, compiled=f"compiled ({backend}) ")) from None
         text = " ".join(str(e).split())
         if "guessed its metadata incorrectly" in text or "__coerce_same_metadata_as_tangent__" in text:
             raise Fail(*_tangent_mismatch(run, case, x)) from None

@@ -1,9 +1,12 @@
 """Guard checks: a dynamic-shape sweep compiles once; a meta change recompiles and stays right.
 
-The sweep builds samples of three first-dimension sizes from the first sample (values
-cycled; inner shapes from ``__inner_shapes__`` when the class has it, else by the "same
-dim" reading) and calls one ``torch.compile(dynamic=True)`` function on all of them: a
-subclass that reads sizes in Python branches, or whose ctx holds a size, recompiles.
+The sweep calls one ``torch.compile(dynamic=True)`` function on instances of three sizes: a
+subclass that reads sizes in Python branches, or whose ctx holds a size, recompiles. The
+instances come from the class's ``__dynamic_samples__`` when it has one; else, for a class
+whose every inner shape is derived from the outer size, they are built from the first
+sample at other first-dimension sizes (values cycled; inner shapes from
+``__inner_shapes__``, or the "same dim" reading without it); a class with free inner dims
+(see ``_sweep_samples``) is swept over its own samples of other sizes, or not at all.
 Sizes are chosen so that no two dimensions change from equal to unequal between calls
 (dynamo's duck sizing would recompile for that alone) and derived sizes stay above 1.
 
@@ -24,6 +27,7 @@ from ._compare import difference
 from ._compiled import composite, compile_and_run, explain_error, guard_cases, usable_cases
 from ._check import Check, Fail, Skip
 from ._subject import describe, flatten, inner_shapes_for, resized
+from . import _sweep_samples as own
 
 __all__ = ["plan", "sweep_sizes"]
 
@@ -144,10 +148,6 @@ def sweep_sizes(x, count: int = 3) -> list:
 _TRIES = 12  # sizes tried (built and run eagerly) before the sweep gives up
 
 
-def _show(sizes) -> str:
-    return "[" + ", ".join("x".join(str(v) for v in s) for s in sizes) + "]"
-
-
 def _first_line(e: BaseException) -> str:
     text = str(e).strip()
     return (text.splitlines()[0] if text else type(e).__name__)[:120]
@@ -210,7 +210,29 @@ def _sweep(run):
     fn = composite(guard_cases(cases))
     fixed = _unfollowed_inners(base)
     hook = getattr(run.cls, "__valid_sizes__", None)
+    free = own.free_dims(base)
     tried: list = []
+    if getattr(run.cls, own.HOOK, None) is not None:
+        # The class builds valid instances itself, free inner dims (total tokens) varied too.
+        xs = own.from_hook(run.cls, base, fn, _TRIES, tried)
+        if len(xs) < 2:
+            skipped = f"; skipped {'; '.join(tried)}" if tried else ""
+            raise Skip(f"{run.name}.{own.HOOK} gave {len(xs)} usable instance(s), 2 or more needed{skipped}")
+        return _run_sweep(run, fn, xs, [own.show(x, free) for x in xs], own.HOOK, tried, free)
+    if free:
+        # Inner data the outer size does not determine (offsets): resizing would cycle it
+        # into instances the class never builds. Only the user's own samples are valid.
+        xs = own.own_samples(run.samples, base, tried)
+        if len(xs) < 2:
+            what = ", ".join(f"{n}.size({d})" for n, d in free[:4])
+            raise Skip(
+                f"{run.name} has inner dims that __inner_shapes__ does not derive from the outer size ({what}), "
+                "so the checker cannot build valid instances of other sizes (cycling inner values would build "
+                f"invalid ones), and its samples hold {len(xs)} size(s) of one ctx. Fix: give {run.name} a "
+                f"`{own.HOOK}(cls, sample)` classmethod yielding valid instances like sample at other sizes "
+                "(varying every dim that may vary, free inner dims too)"
+            )
+        return _run_sweep(run, fn, xs, [own.show(x, free) for x in xs], "samples", tried, free)
     if hook is not None:
         # The class says which sizes it can hold (NF4: numel a multiple of 64 * 256).
         wanted = [tuple(int(v) for v in size) for size in itertools.islice(hook(base), _TRIES)]
@@ -249,6 +271,13 @@ def _sweep(run):
             f"found {len(xs)} size(s) {sizes} that {run.name} can build and run eagerly, 3 needed{skipped}. "
             f"Give {run.name} a `__valid_sizes__(cls, like)` classmethod yielding outer sizes it can hold"
         )
+    return _run_sweep(run, fn, xs, ["x".join(str(v) for v in s) for s in sizes], source, tried, free)
+
+
+def _run_sweep(run, fn, xs, shown, source, tried, free) -> str:
+    """Compile ``fn`` once with dynamic shapes and call it on every instance of ``xs``."""
+    sizes = "[" + ", ".join(shown) + "]"
+    skipped = f"; skipped {'; '.join(tried)}" if tried else ""
     backend = run.compile_backend()
     _compat.dynamo_reset()
     cnt = cfn = None
@@ -272,12 +301,16 @@ def _sweep(run):
     if cnt.frame_count != 1:
         reasons = _compat.guard_failure_reasons()
         raise Fail(
-            f"a dynamic-shape sweep over sizes {_show(sizes)} compiled {cnt.frame_count} frames "
+            f"a dynamic-shape sweep over sizes {sizes} (from {source}) compiled {cnt.frame_count} frames "
             f"instead of 1" + (f"; dynamo's reason: {reasons[-1].strip()[:240]}" if reasons else ""),
             "do not branch in Python on sizes in handlers or the constructor (use torch._check), "
             "and keep sizes out of the ctx (it is guarded by ==)",
         )
-    return f"sizes {_show(sizes)} (from {source}): 1 frame{skipped}"
+    what = ""
+    if source in (own.HOOK, "samples") and free is not None:
+        moved, kept = own.varied(xs, free)
+        what = f"; varied {', '.join(moved) or 'nothing'}" + (f", not varied {', '.join(kept)}" if kept else "")
+    return f"sizes {sizes} (from {source}): 1 frame{what}{skipped}"
 
 
 def _differs(a, b) -> bool:

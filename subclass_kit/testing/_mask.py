@@ -25,7 +25,7 @@ import torch
 
 from .. import _compat
 
-__all__ = ["plain_mask", "Reference", "reference", "masked_fn", "flat", "MASK_HOOK"]
+__all__ = ["plain_mask", "Reference", "reference", "masked_fn", "flat", "result_care", "MASK_HOOK"]
 
 MASK_HOOK = "__plain_mask__"
 
@@ -155,6 +155,26 @@ class Reference:
             bad = ~j if care is None else (care & ~j)
             total += int(bad.sum())
         return total
+
+
+def result_care(result, judged) -> list | None:
+    """Per tensor leaf of ``result`` (walked as ``flat``), the positions to compare: its own
+    mask if it is a wrapper with one, narrowed by ``judged``; None when all count.
+
+    Example:
+        >>> import torch
+        >>> result_care((torch.ones(2), torch.ones(3)), None) is None
+        True
+    """
+    leaves = [v for v in flat(result) if isinstance(v, torch.Tensor)]
+    js = list(judged or [None] * len(leaves))
+    out = []
+    for t, j in zip(leaves, js + [None] * (len(leaves) - len(js))):
+        care = plain_mask(t) if type(t) is not torch.Tensor else None
+        if j is not None:
+            care = j if care is None else care & j
+        out.append(care)
+    return out if any(c is not None for c in out) else None
 
 
 def reference(call: Callable, inputs: list, masks: list, *, op=None, args=None) -> Reference:
