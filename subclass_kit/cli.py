@@ -455,14 +455,15 @@ def _cmd_explain(args) -> int:
 
 
 def _print_shape_notes(args, names) -> None:
-    """Sizes a mark cannot make dynamic (a derived inner size of 0 or 1), per tensor input."""
+    """Sizes that will recompile although they could be dynamic (a FREE inner size left
+    static, a derived inner size of 0 or 1), per tensor input."""
     import torch
 
     import symbolic
 
     for name, a in zip(names, args):
         if isinstance(a, torch.Tensor):
-            for note in symbolic.describe(a).notes():
+            for note in symbolic.describe(a).notes(name):
                 print(f"  note: {name}: {note}")
 
 

@@ -193,12 +193,37 @@ class ShapeDescription:
                                     {s: symbols[s] for s in e.free_symbols if s in symbols}))
         return out
 
-    def notes(self) -> list[str]:
-        """One line per derived inner size that stays static although an outer size it
-        derives from is marked dynamic: the size is 0 or 1 on this instance, and dynamo
-        specializes sizes 0 and 1 whatever the mark says (``plan`` keeps it static for that
-        reason). The graph then serves every outer size with that same inner size, and an
-        instance on which it is 2 or more recompiles.
+    def free_dims(self, wrapper: Source = ROOT) -> list[SizeSource]:
+        """The inner sizes the wrapper at ``wrapper`` declares ``FREE`` in
+        ``__inner_shapes__`` (sizes of their own, no relation), in flatten order.
+
+        Example:
+            >>> import torch
+            >>> from torch.testing._internal.two_tensor import TwoTensor
+            >>> describe(TwoTensor(torch.ones(2), torch.ones(2))).free_dims()
+            []
+        """
+        info = self._tensors[wrapper]
+        t = info.tensor
+        if not info.wrapper:
+            return []
+        shapes = inner_shapes_of(type(t), t.dim(), ctx_of(t))
+        if shapes is None:
+            return []
+        return [SizeSource(InnerSource(name, wrapper), d)
+                for name, v in inner_items(t) if name in shapes
+                for d, e in enumerate(shapes[name][: v.dim()]) if e is FREE]
+
+    def notes(self, name: str = "x") -> list[str]:
+        """One line per inner size that will recompile although it could be dynamic:
+
+        - a ``FREE`` inner size (``free_dims``) left static, unmarked or marked static:
+          a batch with another size there recompiles;
+        - a derived inner size that stays static although an outer size it derives from
+          is marked dynamic: the size is 0 or 1 on this instance, and dynamo specializes
+          sizes 0 and 1 whatever the mark says (``plan`` keeps it static for that reason).
+          The graph then serves every outer size with that same inner size, and an
+          instance on which it is 2 or more recompiles.
 
         Example:
             >>> import torch
@@ -213,6 +238,7 @@ class ShapeDescription:
                 continue
             try:
                 relations = self.relations(src)
+                out.extend(self._free_static(src, info, name))
             except RelationError:
                 continue  # the relations' own error is raised where they are used
             for r in relations:
@@ -226,11 +252,34 @@ class ShapeDescription:
                 if type(v) is not int or v >= 2:
                     continue
                 out.append(
-                    f"{r.target.base.render('x')} dim {r.target.dim} = {r.expr} = {v} on this "
+                    f"{r.target.base.render(name)} dim {r.target.dim} = {r.expr} = {v} on this "
                     f"instance: kept static (dynamo specializes sizes 0 and 1) while outer dim(s) "
-                    f"{dynamic} of {src.render('x')} are dynamic; a size >= 2 will recompile "
+                    f"{dynamic} of {src.render(name)} are dynamic; a size >= 2 will recompile "
                     f"(mark an instance on which it is >= 2 to cover those sizes in one graph)."
                 )
+        return out
+
+    def _free_static(self, src: Source, info: TensorDims, root: str) -> list[str]:
+        """One note per FREE inner size of the wrapper at ``src`` that stays static."""
+        out = []
+        cls = type(info.tensor).__name__
+        for target in self.free_dims(src):
+            inner = self._tensors.get(target.base)
+            kind = None if inner is None else inner.kind(target.dim)
+            if kind not in (None, DimKind.STATIC):
+                continue
+            how = ("marked static: every new size recompiles" if kind is DimKind.STATIC else
+                   "unmarked: the first graph specializes it, so a new size recompiles (automatic "
+                   "dynamic makes it dynamic then)")
+            attr = target.base.attr if isinstance(target.base, InnerSource) else "?"
+            named = (f"symbolic.mark_dynamic({root}, dims, inner={{{attr!r}: [{target.dim}]}})" if src == ROOT
+                     else f"a SubclassPolicy for {src.render(root)} with inner={{{attr!r}: [{target.dim}]}}")
+            out.append(
+                f"{target.render(f'L[{root!r}]')} is free (FREE in {cls}.__inner_shapes__) and {how}. "
+                f"Mark it dynamic: mark an outer dim of {src.render(root)} dynamic (symbolic.mark_dynamic "
+                f"or torch._dynamo.mark_dynamic / maybe_mark_dynamic), which marks its free dims "
+                f"too, or name it: {named}."
+            )
         return out
 
     def __repr__(self) -> str:

@@ -12,6 +12,9 @@ The ``inner`` modes:
 - ``"none"``: only the outer tensor is marked.
 - a mapping ``{name: dims | SubclassPolicy}``: those inners as given (dims for a nested
   wrapper are planned "derived" inside it); the others derived.
+
+Free dims (``FREE`` in ``__inner_shapes__``) under ``"derived"``: ``Dim.auto()`` as soon as
+any outer dim is marked dynamic or auto (see ``_free_dim``); left alone otherwise.
 """
 
 from __future__ import annotations
@@ -217,6 +220,8 @@ def _same_dim(t, outer) -> SubclassPolicy:
 
 def _derive_dim(info: TensorShape, j: int, outer: dict[int, Dim], root: TensorShape) -> Dim | None:
     expr = info.exprs[j]
+    if j in info.free:
+        return _free_dim(outer)
     if not info.related(j):
         return None
     free = expr.free_symbols
@@ -277,6 +282,17 @@ def _derive_dim(info: TensorShape, j: int, outer: dict[int, Dim], root: TensorSh
     any_min = any(d.min is not None for d in kinds if d.kind is DimKind.DYNAMIC)
     any_max = any(d.max is not None for d in kinds if d.kind is DimKind.DYNAMIC)
     return Dim.dynamic(min=lo if any_min else None, max=hi if any_max else None)
+
+
+def _free_dim(outer: dict[int, Dim]) -> Dim | None:
+    """A ``FREE`` dim moves with the data, not with the outer size: once any outer dim may
+    move (dynamic or auto), a new batch brings new sizes there too, so it gets a symbol as
+    well. ``Dim.auto()``, not a strict mark: nobody promised a range or that the code keeps
+    it symbolic, and dynamo specializes a size of 0 or 1 whatever the mark says. Outer dims
+    all static (or none marked): left alone."""
+    if any(d.kind is not DimKind.STATIC for d in outer.values()):
+        return Dim.auto()
+    return None
 
 
 def _small_on_instance(info: TensorShape, j: int, expr, kinds, outer, root_dims) -> bool:

@@ -73,11 +73,12 @@ def test_jagged_nested_tensor_does_not_trip_on_nested_ints():
     rel = {e.lhs: e.rhs for e in symbolic.relations(nt)}
     s0, s2 = size_symbol("", 0), size_symbol("", 2)
     assert rel == {size_symbol("_values", 1): s2, size_symbol("_offsets", 0): s0 + 1}
+    # The ragged total is FREE: auto as soon as an outer dim is marked (NJT's own rule too).
     p = symbolic.mark_dynamic(nt, 2)
-    assert p.outer == {2: Dim.dynamic()} and p.inner == {"_values": {1: Dim.dynamic()}}
+    assert p.outer == {2: Dim.dynamic()} and p.inner == {"_values": {0: Dim.auto(), 1: Dim.dynamic()}}
     q = symbolic.plan(nt, 0)
-    assert q.inner == {"_offsets": {0: Dim.dynamic()}}
-    assert symbolic.marks(nt).inner["_values"] == {1: Dim.dynamic()}
+    assert q.inner == {"_offsets": {0: Dim.dynamic()}, "_values": {0: Dim.auto()}}
+    assert symbolic.marks(nt).inner["_values"] == {0: Dim.auto(), 1: Dim.dynamic()}
 
 
 class _ShapeInCtx(torch.Tensor):
