@@ -28,6 +28,8 @@ from .errors import (
     UnsupportedOpError as UnsupportedOpError,
     WrapGradientError as WrapGradientError,
     GradientDroppedError as GradientDroppedError,
+    SymbolicSizeError as SymbolicSizeError,
+    SizeSpecializedWarning as SizeSpecializedWarning,
 )
 from .fields import inner as inner, meta as meta, state as state
 
@@ -79,6 +81,8 @@ __all__ = [
     "LocalClassWarning",
     "WrapGradientError",
     "GradientDroppedError",
+    "SymbolicSizeError",
+    "SizeSpecializedWarning",
 ]
 
 

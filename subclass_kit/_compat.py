@@ -904,3 +904,24 @@ def non_strided_result(func):
     mkldnn), else None."""
     packet = getattr(func, "overloadpacket", None)
     return None if packet is None else _NOT_STRIDED.get(packet.__name__)
+
+
+# ---- sizes a handler turns into constants (see _specialize.py) ------------------------------
+from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode as DataDependentError  # noqa: E402
+
+
+def active_shape_env():
+    """The ShapeEnv of the fake mode that is tracing now (AOTAutograd running a handler on
+    fake inner tensors), or None (eager, or static shapes)."""
+    mode = _get_mode(_FAKE)
+    return None if mode is None else mode.shape_env
+
+
+def fixed_symbols(env) -> dict:
+    """``{symbol: constant}`` for every size symbol ``env`` has specialized to a number."""
+    return {k: v for k, v in env.replacements.items() if v.is_number}
+
+
+def symbol_sources(env, sym) -> list:
+    """The names (``L['x'].size()[0]``) dynamo gave the inputs' sizes bound to ``sym``."""
+    return [s.name for s in env.var_to_sources.get(sym, ())]

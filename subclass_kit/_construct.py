@@ -59,8 +59,21 @@ def _shape_fix(cls) -> str:
     return "Pass matching tensors, pass size= for the outer tensor, or fix __inner_shapes__."
 
 
-def _check_inner_shapes(cls, spec, inners, size, ctx) -> None:
-    expected = cls.__inner_shapes__(tuple(size), ctx)
+def _check_inner_shapes(cls, spec, inners, size, ctx, size_given: bool = True) -> None:
+    try:
+        expected = cls.__inner_shapes__(tuple(size), ctx)
+    except (ValueError, IndexError, TypeError) as e:
+        if size_given:
+            raise
+        # ``B, L, D = outer_size`` over a default taken from a primary of another rank (a
+        # packed (total, D) primary under a padded (B, L, D) outer) is a missing size=.
+        raise OuterArgumentError(
+            f"{spec.qualname}(...) was called without size=, so the outer size is the primary "
+            f"inner tensor {spec.primary!r}'s shape {_fmt_shape(tuple(size))}, and "
+            f"{spec.qualname}.__inner_shapes__ cannot take it ({type(e).__name__}: {e}). When "
+            f"the outer shape is not the primary's, pass it: {spec.qualname}(..., size=(...)) "
+            "(and to from_parts / wrap alike)."
+        ) from e
     _check_inner_shapes_keys(spec, size, expected)
     for f, t in zip(spec.inner, inners):
         if t is None or f.name not in expected:
@@ -212,6 +225,7 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
                 ok.add(key)
         meta_values.append(v)
 
+    size_given = size is not None
     if size is None:
         size = primary.shape
         if stride is None:
@@ -237,7 +251,7 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
 
     present = tuple(f.name for f, t in zip(spec.inner, inners) if t is not None)
     ctx = SubclassCtx.make(qual, spec.meta_names, tuple(meta_values), dtype, present)
-    _check_inner_shapes(cls, spec, inners, size, ctx)
+    _check_inner_shapes(cls, spec, inners, size, ctx, size_given)
     if not dtype_given and not (dtype.is_floating_point or dtype.is_complex) and hasattr(cls, "to_plain"):
         _check_outer_dtype(cls, tuple(inners), ctx, size, stride)
     return kit.make(tuple(inners), ctx, size, tuple(stride), offset, requires_grad,

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from . import _compat, _wrap
+from . import _compat, _specialize, _wrap
 from ._defaults import builtin_handler
 from .errors import HandlerResultError
 from ._opname import op_name
@@ -162,6 +162,7 @@ def _resolve(cls, func):
 # unwrapped, so their per-op path pays nothing.
 
 _Tensor = torch.Tensor
+_shape_env = _compat.active_shape_env
 
 
 def _tensor_like(kind: str):
@@ -219,8 +220,14 @@ def checked_handler(cls, func, h):
     if test is None:
         return h
 
+    label = op_name(func)
+
     def checked(func, types, args, kwargs):
-        out = h(func, types, args, kwargs)
+        env = _shape_env()  # None in eager: one dispatch-mode lookup
+        if env is None:
+            out = h(func, types, args, kwargs)
+        else:
+            out = _specialize.run_traced(cls, label, h, env, func, types, args, kwargs)
         if out is NotImplemented or test(out):
             return out
         raise HandlerResultError(_result_message(cls, func, h, kinds, out))

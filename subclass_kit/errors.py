@@ -23,6 +23,8 @@ __all__ = [
     "LocalClassWarning",
     "WrapGradientError",
     "GradientDroppedError",
+    "SymbolicSizeError",
+    "SizeSpecializedWarning",
 ]
 
 
@@ -128,3 +130,14 @@ class GradientDroppedError(SubclassKitError, RuntimeError):
     """A torch-function handler returned a wrapper built with the constructor from inputs
     that require grad: the constructor makes a leaf, so the gradient stops there (a weight's
     ``.grad`` stays None). Build the result with ``Cls.wrap(...)`` instead."""
+
+
+class SymbolicSizeError(SubclassKitError, RuntimeError):
+    """A handler needed a concrete value of a size that is symbolic under torch.compile (a
+    data-dependent value, ``int(offsets[-1])``); torch's raw guard error, named."""
+
+
+class SizeSpecializedWarning(UserWarning):
+    """A handler turned a dynamic size into a constant while compiling (``int(x.shape[0])``):
+    a dim marked dynamic then fails with torch's ``ConstraintViolationError``, an unmarked one
+    recompiles for each new size. Keep the size symbolic."""

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import _aliasing, _compat
+from . import _aliasing, _callsite, _compat
 from ._runtime import kit_handler
 from .errors import ToPlainError, UnsupportedOpError
 from ._opname import op_name
@@ -233,12 +233,34 @@ def raise_unsupported(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any
     sig = ", ".join(_describe(a) for a in args)
     if kwargs:
         sig += (", " if sig else "") + ", ".join(f"{k}={_describe(v)}" for k, v in kwargs.items())
+    caller = _callsite.torch_caller(getattr(getattr(func, "overloadpacket", func), "__name__", ""))
+    if caller is not None:
+        fn, where = caller
+        raise UnsupportedOpError(
+            f"{name} has no handler for {op} (args: {sig}), which torch reached by decomposing "
+            f"{fn} (called at {where}): a tensor subclass without a handler for the function "
+            f"gets the aten ops it is made of. Register the function itself with "
+            f"@{name}.implements_torch_function({fn}) (compute on the inner tensors and return "
+            f"{name}.wrap(...) to keep autograd), or a handler for {op} with "
+            f"@{name}.implements({op})"
+            + _to_plain_hint(owner, ", or set __fallback__ = fallbacks.to_plain (compute on the dense tensor)")
+        )
     raise UnsupportedOpError(
         f"{name} has no handler for {op} (args: {sig}). Register one with "
         f"@{name}.implements({op}), or set __fallback__ = fallbacks.to_plain "
         f"(compute on the dense tensor) or fallbacks.map_inner (run the op on every inner "
-        f"tensor) in the class body."
+        f"tensor) in the class body" + _to_plain_hint(owner, "")
     )
+
+
+def _to_plain_hint(owner, text: str) -> str:
+    if owner is not None and hasattr(owner, "__plain_mask__"):
+        return (
+            f". Note: {owner.__qualname__} declares __plain_mask__, so to_plain() has don't-care "
+            "positions, and fallbacks.to_plain computes on them as on any others (a mean over "
+            "padding is wrong): prefer a handler."
+        )
+    return text + "."
 
 
 def per_op(resolve: Callable[[object], Optional[Handler]]) -> Handler:
