@@ -63,6 +63,16 @@ def _like(x: JaggedTensor, packed: Tensor) -> JaggedTensor:
     return JaggedTensor.from_parts((packed, x.seq_offsets), size=(b, n, packed.shape[-1]))
 
 
+def _result(x: JaggedTensor, packed: Tensor) -> JaggedTensor:
+    """A torch-function handler's jagged result: ``JaggedTensor.wrap`` when there is a graph
+    to keep; without one, the trusted ``from_parts`` (the same wrapper, minus the
+    constructor's checks, which are most of an eager op's cost at small sizes)."""
+    if packed.requires_grad and torch.is_grad_enabled():
+        b, n, _ = x.shape
+        return JaggedTensor.wrap(packed, x.seq_offsets, size=(b, n, packed.shape[-1]))
+    return _like(x, packed)
+
+
 def _like_factory(func, types, args, kwargs):
     x = args[0]
     return _like(x, func(x.packed, *args[1:], **kwargs))
@@ -86,8 +96,7 @@ def _linear(func, types, args, kwargs):
     bias = args[2] if len(args) > 2 else kwargs.get("bias")
     if not isinstance(x, JaggedTensor) or isinstance(weight, JaggedTensor) or isinstance(bias, JaggedTensor):
         raise TypeError("JaggedTensor: F.linear takes a JaggedTensor input and plain weight and bias.")
-    b, n, _ = x.shape
-    return JaggedTensor.wrap(F.linear(x.rows(), weight, bias), x.seq_offsets, size=(b, n, weight.shape[0]))
+    return _result(x, F.linear(x.rows(), weight, bias))
 
 
 def _dims(dim, ndim: int = 3) -> tuple:
@@ -118,7 +127,7 @@ def _reduction(func, types, args, kwargs):
         # Per token: the result keeps the ragged layout only with keepdim.
         p = x.rows()
         red = p.mean(-1, keepdim=True, dtype=dtype) if kind == "mean" else p.sum(-1, keepdim=True, dtype=dtype)
-        out = JaggedTensor.wrap(red, x.seq_offsets, size=(x.shape[0], x.shape[1], 1))
+        out = _result(x, red)
         return out if keepdim else out.to_plain().squeeze(-1)
     # Over the padded shape (e.g. dims (0, 1) or a mean of everything): the dense tensor's.
     return func(x.to_plain(), *rest, **kwargs)
@@ -161,8 +170,7 @@ def _softmax(func, types, args, kwargs):
         out = e / e.new_zeros(top.shape).index_add(0, seq, e)[seq]
     else:
         return func(x.to_plain(), dim, dtype=dtype)
-    b, n, _ = x.shape
-    return JaggedTensor.wrap(out, x.seq_offsets, size=(b, n, out.shape[1]))
+    return _result(x, out)
 
 
 JaggedTensor.implements_torch_function(F.softmax, torch.softmax, Tensor.softmax)(_softmax)

@@ -145,19 +145,27 @@ class JaggedTensor(WrapperTensor):
     def __samples__(cls):
         g = torch.Generator().manual_seed(3)
         return [
-            cls.from_list([torch.randn(n, 4, generator=g) for n in (3, 5, 2)]),
-            cls.from_list([torch.randn(n, 6, generator=g) for n in (7, 1)]),
+            cls.from_list([torch.randn(n, 6, generator=g) for n in (3, 5, 2)]),
+            cls.from_list([torch.randn(n, 5, generator=g) for n in (7, 1)]),
         ]
 
     @classmethod
     def __dynamic_samples__(cls, sample: "JaggedTensor"):
-        """Instances like ``sample`` at other sizes: another B, max_len and total tokens."""
+        """Instances like ``sample`` at other sizes: another B, max_len and total tokens.
+
+        Sizes that equal one another (B + 1 == D, ...) or are 0/1 would be specialized by
+        dynamo on their own, so only batches whose B, B + 1, max_len, total and D all
+        differ and exceed 1 are given.
+        """
         g = torch.Generator().manual_seed(4)
         d = sample.shape[2]
         out = []
-        for lengths in ((4, 9, 2, 6), (11, 3, 8)):
-            parts = [torch.randn(n, d, generator=g, dtype=sample.dtype) for n in lengths]
-            out.append(cls.from_list(parts).requires_grad_(sample.requires_grad))
+        for lengths in ((4, 9, 2, 7), (11, 3, 8), (5, 13, 6, 12, 2), (10, 14, 3)):
+            b = len(lengths)
+            sizes = (b, b + 1, max(lengths), sum(lengths), d)
+            if len(set(sizes)) == len(sizes) and min(sizes) > 1:
+                parts = [torch.randn(n, d, generator=g, dtype=sample.dtype) for n in lengths]
+                out.append(cls.from_list(parts).requires_grad_(sample.requires_grad))
         return out
 
 
