@@ -23,12 +23,12 @@ Tensor = torch.Tensor
 
 
 # ---- operands ------------------------------------------------------------------------------
-def _packed_operand(a, x: JaggedTensor, *, differentiable: bool):
+def _packed_operand(a, x: JaggedTensor):
     """``a`` as an operand of ``x``'s packed rows: a jagged one's rows, a scalar as it is, a
     plain tensor broadcast over the padded shape and read at the meaningful positions."""
     if isinstance(a, JaggedTensor):
         same_layout(x, a, "pointwise op")
-        return a.rows() if differentiable else a.packed
+        return a.packed
     if isinstance(a, Tensor) and a.dim() > 1:
         seq, pos = x.token_index()
         shape = torch.broadcast_shapes(a.shape, x.shape)
@@ -49,7 +49,7 @@ def _first_jagged(args) -> JaggedTensor:
 # ---- aten: pointwise ops on the packed rows ---------------------------------------------------
 def _pointwise(func, types, args, kwargs):
     x = _first_jagged(args)
-    packed_args = [_packed_operand(a, x, differentiable=False) for a in args]
+    packed_args = [_packed_operand(a, x) for a in args]
     out = func(*packed_args, **kwargs)
     if isinstance(out, tuple):  # frexp and friends: one jagged tensor per result
         return tuple(_like(x, o) for o in out)

@@ -1,8 +1,7 @@
 """``JaggedTensor``: a batch of variable-length sequences, packed back to back.
 
-The class itself: fields, construction, the dense views, the checker's hooks, and the
-differentiable bridge between the wrapper and its packed rows. Its ops live in
-``_jagged_ops.py``.
+The class itself: fields, construction, the dense views and the checker's hooks. Its ops
+live in ``_jagged_ops.py`` (imported at the end of this module, which registers them).
 """
 
 from __future__ import annotations
@@ -11,11 +10,12 @@ from typing import Sequence
 
 import torch
 
+from symbolic import FREE
+
 from .. import _compat
 from ..base import WrapperTensor
 from ..errors import SubclassKitError
 from ..fields import inner
-from symbolic import FREE
 
 __all__ = ["JaggedTensor", "JaggedLayoutError"]
 
