@@ -12,6 +12,8 @@ and ``wrap()`` the result.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 
@@ -60,7 +62,8 @@ def _pointwise(func, types, args, kwargs):
 
 def _like(x: JaggedTensor, packed: Tensor) -> JaggedTensor:
     b, n, _ = x.shape
-    return JaggedTensor.from_parts((packed, x.seq_offsets), size=(b, n, packed.shape[-1]))
+    out = JaggedTensor.from_parts((packed, x.seq_offsets), size=(b, n, packed.shape[-1]))
+    return cast(JaggedTensor, out)  # from_parts is typed on the base class
 
 
 def _result(x: JaggedTensor, packed: Tensor) -> JaggedTensor:

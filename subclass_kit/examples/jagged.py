@@ -1,7 +1,7 @@
 """``JaggedTensor``: a batch of variable-length sequences, packed back to back.
 
 The class itself: fields, construction, the dense views and the checker's hooks. Its ops
-live in ``_jagged_ops.py`` (imported at the end of this module, which registers them).
+live in ``_jagged_ops.py`` (the package imports it, which registers them).
 """
 
 from __future__ import annotations
@@ -182,5 +182,3 @@ def same_layout(a: JaggedTensor, b: JaggedTensor, what: str) -> None:
             "to_padded() first."
         )
 
-
-from . import _jagged_ops  # noqa: E402,F401  (registers the ops; it imports this module)
