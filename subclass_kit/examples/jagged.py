@@ -95,6 +95,22 @@ class JaggedTensor(WrapperTensor):
         offsets[1:] = torch.tensor(lengths, dtype=torch.int64).cumsum(0)
         return cls.wrap(torch.cat(list(tensors)), offsets, size=(len(lengths), max(lengths), dim))
 
+    @classmethod
+    def from_plain(cls, t: torch.Tensor) -> "JaggedTensor":
+        """A ``(B, N, D)`` tensor as B sequences of length N each (no padding): the hook the
+        checker's OpInfo sweep builds instances with. Other shapes are a ValueError.
+
+        Example:
+            >>> import torch
+            >>> JaggedTensor.from_plain(torch.ones(2, 3, 4)).seq_offsets.tolist()
+            [0, 3, 6]
+        """
+        if t.dim() != 3 or not (t.is_floating_point() or t.is_complex()):
+            raise ValueError(f"JaggedTensor holds (B, max_len, D) floating tensors; got {t.dim()}-D {t.dtype}")
+        b, n, d = t.shape
+        offsets = torch.arange(b + 1, dtype=torch.int64, device=t.device) * n
+        return cls.wrap(t.reshape(b * n, d), offsets, size=tuple(t.shape))
+
     def rows(self) -> torch.Tensor:
         """``packed``, differentiable: its gradient reaches this wrapper (``unwrap()``'s first
         entry when the wrapper requires grad; the field itself otherwise, which costs nothing)."""
