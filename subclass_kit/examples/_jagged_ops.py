@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from .. import fallbacks
-from .jagged import JaggedLayoutError, JaggedTensor, same_layout
+from ..errors import UnsupportedOpError
+from .jagged import JaggedTensor, same_layout
 
 aten = torch.ops.aten
 Tensor = torch.Tensor
@@ -35,10 +36,12 @@ def _packed_operand(a, x: JaggedTensor):
         seq, pos = x.token_index()
         shape = torch.broadcast_shapes(a.shape, x.shape)
         if tuple(shape) != tuple(x.shape):
-            raise JaggedLayoutError(
+            # Not a layout mistake: the result is no jagged tensor of these sequences.
+            raise UnsupportedOpError(
                 f"JaggedTensor: a plain operand of shape {tuple(a.shape)} would broadcast the jagged "
                 f"tensor of shape {tuple(x.shape)} to {tuple(shape)}; only operands that broadcast to "
-                "the jagged shape (e.g. (D,) or (B, 1, D)) are supported."
+                "the jagged shape (e.g. (D,) or (B, 1, D)) are supported; pad first (to_padded()) "
+                "to broadcast it further."
             )
         return a.expand(x.shape)[seq, pos]
     return a
