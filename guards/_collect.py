@@ -25,6 +25,7 @@ import symbolic
 from symbolic import DimKind
 from symbolic.description import ShapeDescription, TensorDims
 from symbolic.protocol import flatten
+from symbolic.shape_relations import multiple_of
 
 from . import _compat
 from ._autodynamic import FrameState
@@ -340,10 +341,23 @@ class _Walker:
             inner = shapes.get(target.base)
             if inner is None:
                 continue
-            self.add(Relation(src, type(t), target, r.expr, symbols))
+            self.add(self._relation(src, t, desc, rel, r, target, symbols))
             size = inner.sizes[target.dim]
             if size.is_Integer:
                 self._pinned(src, t, r, target, int(size), outer, rels)
+
+    @staticmethod
+    def _relation(src, t, desc, rel, r, target, symbols) -> Relation:
+        # A whole multiple (floor(a*s/k) with a*s divisible by k on this input) reaches
+        # dynamo as torch states it, k*inner == a*s (the kit's unflatten records it so).
+        m = multiple_of(r.expr)
+        if m is not None:
+            k, a, sym = m
+            inner = desc.shapes[r.target.base].tensor.size(r.target.dim)
+            outer = t.size(r.symbols[sym].dim)
+            if type(inner) is int and type(outer) is int and k * inner == a * outer:
+                return Relation(src, type(t), target, a * sym, symbols, scale=k)
+        return Relation(src, type(t), target, r.expr, symbols)
 
     def _pinned(self, src, t, r, target, c: int, outer, rels) -> None:
         # A static inner size c = f(outer sizes) is a guard on the outer symbols; when the

@@ -126,7 +126,7 @@ class ShapeSim:
             # A range of one value is static (create_symbol turns it into STATIC).
             if value != lo:
                 raise PolicyViolationError(
-                    f"{source.name()} is constrained to exactly {lo} but the input has {value}"
+                    f"{source.name} is constrained to exactly {lo} but the input has {value}"
                 )
             kind = DimKind.STATIC
         if kind is DimKind.STATIC:
@@ -138,7 +138,7 @@ class ShapeSim:
                 # A ranged mark_dynamic is a StrictMinMaxConstraint: dynamo refuses to let
                 # it become a constant, 0/1 included (an unranged mark may specialize).
                 raise PolicyViolationError(
-                    f"{source.name()} = {value} is marked dynamic with a range "
+                    f"{source.name} = {value} is marked dynamic with a range "
                     f"[{lo}, {hi}] but sizes 0 and 1 are specialized; dynamo raises "
                     "ConstraintViolationError. Drop the range or use maybe_mark_dynamic."
                 )
@@ -149,7 +149,7 @@ class ShapeSim:
         rlo = 2 if lo is None else max(2, lo)
         if value < rlo or (hi is not None and value > hi):
             raise PolicyViolationError(
-                f"{source.name()} = {value} is outside its marked range "
+                f"{source.name} = {value} is outside its marked range "
                 f"[{lo if lo is not None else 2}, {hi if hi is not None else 'inf'}]; "
                 "dynamo raises ConstraintViolationError when compiling such an input"
             )

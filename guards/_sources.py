@@ -1,7 +1,7 @@
 """Sources the guards need beyond ``symbolic.sources``: arguments, properties, the flatten
 context and its fields, lengths and keys, dimension marks.
 
-Like every source, each one fetches (``src(root)``) and renders (``src.name("x")``) the way
+Like every source, each one fetches (``src(root)``) and renders (``src.name``, or ``src.name_for("x")``) the way
 dynamo names the same place, so an explanation line can be matched against a dynamo
 recompile reason. ``codegen(parent_expr)`` gives the Python expression the generated check
 uses to reach it from its parent's local variable.

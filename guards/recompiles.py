@@ -161,7 +161,7 @@ def explain_recompiles(fn: Callable, inputs_sequence: Iterable, *, backend: str 
     raw: list[str] = []
     compiled_fn = _compat.optimize(counter, dynamic=dynamic, guard_fail_fn=lambda g: raw.append(g.reason))(fn)
     predictor = _Predictor(dynamic)
-    render = lambda s: s.name("x")  # noqa: E731 - ArgSources render their own names
+    render = lambda s: s.name_for("x")  # noqa: E731 - ArgSources render their own names
     snapshots: dict[str, dict] = {}
     seen: set[str] = set()
     records = []

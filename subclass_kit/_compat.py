@@ -335,6 +335,15 @@ def has_nested_int(t) -> bool:
     return any(is_nested_int(s) for s in t.shape)
 
 
+def size_hint(v) -> int | None:
+    """The value a size has on the example input (a SymInt's hint, an int itself); None for
+    a size without one (unbacked), read without adding a guard."""
+    node = getattr(v, "node", None)
+    if node is None:
+        return int(v)
+    return None if node.hint is None else int(node.hint)
+
+
 def sym_expr(v):
     """The sympy expression behind a SymInt, or the int itself; a nested int (whose identity
     depends on how its offsets were made) is ``("nested_int", coeff)``."""

@@ -20,6 +20,7 @@ import copy
 import torch
 
 from symbolic import FREE
+from symbolic.shape_relations import inner_shapes_of, multiple_of
 
 from . import _compat
 from ._construct import check_parts, contiguous_strides
@@ -117,13 +118,27 @@ def _record_relations(cls, inners, ctx, outer_size) -> None:
     unflatten, and relating them here would pin the outer symbol to the size dynamo gives
     that wrapper.
     """
-    shapes = cls.__inner_shapes__(tuple(outer_size), ctx)
+    outer = tuple(outer_size)
+    shapes = cls.__inner_shapes__(outer, ctx)
+    exprs = None
     for name, t in zip(cls.__kit__.inner_names, inners):
         if t is None or name not in shapes or hasattr(type(t), "__tensor_flatten__"):
             continue
-        for got, want in zip(t.shape, shapes[name]):
+        for j, (got, want) in enumerate(zip(t.shape, shapes[name])):
             if want is FREE or (type(got) is int and type(want) is int):
                 continue  # both static: TENSOR_MATCH pins them
+            if exprs is None:
+                exprs = inner_shapes_of(cls, len(outer), ctx) or {}
+            m = multiple_of(exprs[name][j]) if name in exprs else None
+            if m is not None:
+                k, a, sym = m
+                s = outer[int(sym.name[1:])]
+                hg, hs = _compat.size_hint(got), _compat.size_hint(s)
+                if hg is not None and hs is not None and k * hg == a * hs:
+                    # The outer size is a multiple of this inner size: say it as torch's own
+                    # classes do (outer = k * inner), so dynamo's guards read Eq(2*s50, s77).
+                    _compat.sym_check(k * got == a * s)
+                    continue
             _compat.sym_check(got == want)
 
 

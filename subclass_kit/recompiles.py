@@ -50,7 +50,7 @@ def readable_reasons() -> list[str]:
 
     names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
     args = [f_locals.get(n) for n in names]
-    render = lambda s: s.name("x")  # noqa: E731 - argument sources render their own names
+    render = lambda s: s.name_for("x")  # noqa: E731 - argument sources render their own names
     now = snapshot(args, names, render)
     out = []
     for raw in reasons:

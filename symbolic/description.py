@@ -16,6 +16,7 @@ strict marks found on such a wrapper in ``TensorDims.refused``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -28,10 +29,9 @@ from .source_types import ROOT, InnerSource, SizeSource, Source
 from .dims import Dim, DimKind
 from .errors import PolicyTypeError, RelationError
 from .free_dims import FREE
-from .planning import resolve_dims
-from .policy import SubclassPolicy, normalize_dims
-from .protocol import ctx_of, inner_items, is_wrapper, where
-from .shape_relations import inner_shapes_of, size_symbol
+from .policy import SubclassPolicy, normalize_dims, resolve_dims
+from .protocol import Node, tree, where
+from .shape_relations import TensorShape, analyze, inner_shapes_of, size_symbol
 
 __all__ = ["describe", "ShapeDescription", "TensorDims", "Relation", "MARK_ATTRS"]
 
@@ -154,10 +154,31 @@ def _solution_interval(expr, s, c: int):
 
 
 class ShapeDescription:
-    """The description of one value: its tensors (pre-order) and, on demand, its relations."""
+    """The description of one value: its tensors (pre-order) and, on demand, its relations.
 
-    def __init__(self, tensors: dict[Source, TensorDims]):
+    Built from one read of the value (``protocol.tree``: one ``__tensor_flatten__`` per
+    wrapper); ``plan``, ``apply`` and ``mark_dynamic`` plan from it rather than asking the
+    tensor again.
+    """
+
+    def __init__(self, tensors: dict[Source, TensorDims], root: Node | None = None):
         self._tensors = tensors
+        self._nodes = {n.source: n for n in root.walk()} if root is not None else None
+
+    def node(self, src: Source = ROOT) -> Node:
+        """The ``protocol.Node`` read for the tensor at ``src``."""
+        if self._nodes is None:  # built by hand from TensorDims alone
+            self._nodes = {n.source: n for n in tree(self._tensors[ROOT].tensor).walk()}
+        return self._nodes[src]
+
+    @functools.cached_property
+    def shapes(self) -> list[TensorShape]:
+        """``shape_relations.analyze`` of the value, computed once (pre-order).
+
+        Raises:
+            RelationError: ``__inner_shapes__`` is not plain arithmetic, or contradicts the value.
+        """
+        return analyze(self.node(ROOT))
 
     @property
     def tensors(self) -> Mapping[Source, TensorDims]:
@@ -178,11 +199,12 @@ class ShapeDescription:
         t = info.tensor
         if not info.wrapper or not callable(getattr(type(t), "__inner_shapes__", None)):
             return []
-        shapes = inner_shapes_of(type(t), t.dim(), ctx_of(t))
+        node = self.node(wrapper)
+        shapes = inner_shapes_of(type(t), t.dim(), node.ctx)
         assert shapes is not None  # the class declares __inner_shapes__ (checked above)
         symbols = {size_symbol("", i): SizeSource(wrapper, i) for i in range(t.dim())}
         out = []
-        for name, v in inner_items(t):
+        for name, v in node.items():
             shape = shapes.get(name)
             if shape is None:
                 continue
@@ -207,11 +229,12 @@ class ShapeDescription:
         t = info.tensor
         if not info.wrapper:
             return []
-        shapes = inner_shapes_of(type(t), t.dim(), ctx_of(t))
+        node = self.node(wrapper)
+        shapes = inner_shapes_of(type(t), t.dim(), node.ctx)
         if shapes is None:
             return []
         return [SizeSource(InnerSource(name, wrapper), d)
-                for name, v in inner_items(t) if name in shapes
+                for name, v in node.items() if name in shapes
                 for d, e in enumerate(shapes[name][: v.dim()]) if e is FREE]
 
     def notes(self, name: str = "x") -> list[str]:
@@ -314,13 +337,14 @@ def describe(t: torch.Tensor, policy: Any = None) -> ShapeDescription:
     """
     if not isinstance(t, torch.Tensor):
         raise PolicyTypeError(f"describe() expects a tensor, got {type(t).__name__}.")
+    root = tree(t)
     out: dict[Source, TensorDims] = {}
-    _describe(t, ROOT, policy, False, out)
-    return ShapeDescription(out)
+    _describe(root, policy, False, out)
+    return ShapeDescription(out, root)
 
 
-def _describe(t, src, policy, nested, out) -> None:
-    wrapper = is_wrapper(t)
+def _describe(node: Node, policy, nested, out) -> None:
+    t, src, wrapper = node.tensor, node.source, node.wrapper
     nested_wrapper = nested and wrapper
     inner_pol: Mapping = {}
     if policy is None:
@@ -337,8 +361,8 @@ def _describe(t, src, policy, nested, out) -> None:
             )
         info = _from_policy(t, src, resolve_dims(t, outer, src), wrapper, nested_wrapper)
     out[src] = info
-    for name, v in inner_items(t):
-        _describe(v, InnerSource(name, src), inner_pol.get(name), True, out)
+    for name, child in node.children:
+        _describe(child, inner_pol.get(name), True, out)
 
 
 def _from_marks(t, src, wrapper, nested_wrapper) -> TensorDims:

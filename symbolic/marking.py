@@ -17,11 +17,12 @@ import torch
 from . import _compat
 from .dims import Dim, DimKind
 from .errors import CtxPinsShapeWarning, PolicyError, PolicyTypeError, SymbolicError
-from .planning import _outer_dims, divisors, plan, resolve_dims
-from .policy import SubclassPolicy
-from .protocol import ctx_of, get_inner, inner_items, is_wrapper, where
-from .shape_relations import analyze, size_symbol
-from .source_types import ROOT, InnerSource, Source
+from .description import ShapeDescription, describe
+from .planning import _outer_dims, divisors, plan, plan_described
+from .policy import SubclassPolicy, resolve_dims
+from .protocol import Node, inner_items, is_wrapper, tree, where
+from .shape_relations import size_symbol
+from .source_types import ROOT, InnerSource
 
 _log = logging.getLogger(__name__)
 
@@ -73,10 +74,14 @@ def mark_dynamic(t: torch.Tensor, dims: Any, *, min: int | None = None, max: int
             for d, dim in outer.items():
                 _compat.torch_mark(t, dim.kind, d, min=dim.min, max=dim.max)
         return plan(t, outer, inner="same_dim")
-    policy = plan(t, dims, min=min, max=max, inner=inner)
+    if not isinstance(t, torch.Tensor):
+        raise PolicyTypeError(f"mark_dynamic/plan expect a tensor, got {type(t).__name__}.")
+    # One read of t: planning, the ctx check and the marks all work from this description.
+    desc = describe(t)
+    policy = plan_described(desc, dims, min=min, max=max, inner=inner)
     _log.debug("mark_dynamic(%s, %r, inner=%r): applying %r", type(t).__name__, dims, inner, policy)
-    _warn_ctx_pins(t, policy.outer)
-    apply(t, policy)
+    _warn_ctx_pins(desc, policy.outer)
+    _apply(desc.node(), policy)
     return policy
 
 
@@ -105,18 +110,17 @@ def _shapes_in(v, path: str, out: list, depth: int = 0) -> None:
             _shapes_in(x, p, out, depth + 1)
 
 
-def _warn_ctx_pins(t: torch.Tensor, outer, stacklevel: int = 3) -> None:
+def _warn_ctx_pins(desc: ShapeDescription, outer, stacklevel: int = 3) -> None:
+    node = desc.node()
+    t = node.tensor
     # A class with __metadata_guard__ (or DTensor, whose spec is compared with shapes
     # skipped) decides itself what in its ctx must match: nothing to judge here.
-    if not is_wrapper(t) or hasattr(type(t), "__metadata_guard__") or _compat.is_dtensor(t):
+    if not node.wrapper or hasattr(type(t), "__metadata_guard__") or _compat.is_dtensor(t):
         return
     asked = sorted(d for d, dim in outer.items() if dim.kind in (DimKind.DYNAMIC, DimKind.AUTO))
     if not asked:
         return
-    try:
-        ctx = ctx_of(t)
-    except Exception:
-        return
+    ctx = node.ctx
     strict = any(outer[d].kind is DimKind.DYNAMIC for d in asked)
     fix = ("mark it Dim.auto() (maybe_mark_dynamic) to get one graph per size without an error, "
            if strict else "expect one graph per size; ")
@@ -130,7 +134,7 @@ def _warn_ctx_pins(t: torch.Tensor, outer, stacklevel: int = 3) -> None:
         keep = ("keep sizes out of the ctx (read them from the inner tensors or the outer_size "
                 "that __tensor_unflatten__ receives)")
     else:
-        pinned = _meta_pins(t, ctx, asked)
+        pinned = _meta_pins(desc, ctx, asked)
         if pinned is None:
             return
         what = (f"takes every inner size from its meta ({pinned}), not from the outer size: "
@@ -147,7 +151,7 @@ def _warn_ctx_pins(t: torch.Tensor, outer, stacklevel: int = 3) -> None:
     )
 
 
-def _meta_pins(t: torch.Tensor, ctx: Any, asked: list) -> str | None:
+def _meta_pins(desc: ShapeDescription, ctx: Any, asked: list) -> str | None:
     """``"ctx.n_blocks = 512"`` when a class's ``__inner_shapes__`` makes every inner size a
     constant of the ctx (none follows the marked outer dims), naming the meta fields it
     reads; None when some inner size follows the outer size, or is free.
@@ -156,15 +160,16 @@ def _meta_pins(t: torch.Tensor, ctx: Any, asked: list) -> str | None:
     be copied with one value replaced (``ctx.replace(**{name: value})`` over
     ``ctx.fields``, as the kit's ctx offers). Other ctxs get the warning without a name.
     """
+    t = desc.node().tensor
     if not callable(getattr(type(t), "__inner_shapes__", None)):
         return None
     try:
-        infos = analyze(t)
+        infos = desc.shapes
     except SymbolicError:
         return None
     roots = {size_symbol("", d) for d in asked}
     children = [i for i in infos[1:]
-                if isinstance(i.source, InnerSource) and i.source.base == ROOT and not is_wrapper(i.tensor)]
+                if isinstance(i.source, InnerSource) and i.source.base == ROOT and not desc[i.source].wrapper]
     if not children:
         return None
     for info in children:
@@ -221,8 +226,12 @@ def apply(t: torch.Tensor, policy: SubclassPolicy) -> None:
             f"apply() expects a SubclassPolicy, got {type(policy).__name__}; for bare dims use "
             "symbolic.mark_dynamic."
         )
+    _apply(tree(t), policy)
+
+
+def _apply(node: Node, policy: SubclassPolicy) -> None:
     steps: list[tuple[torch.Tensor, dict[int, Dim], bool]] = []
-    _collect(t, policy, ROOT, steps)
+    _collect(node, policy, steps)
     for tensor, dims, nested in steps:
         for d, dim in dims.items():
             kind = dim.kind
@@ -231,21 +240,21 @@ def apply(t: torch.Tensor, policy: SubclassPolicy) -> None:
             _compat.mark_self(tensor, kind, d, min=dim.min, max=dim.max)
 
 
-def _collect(t, policy, src: Source, steps) -> None:
+def _collect(node: Node, policy, steps) -> None:
     if isinstance(policy, SubclassPolicy):
         outer, inner = policy.outer, policy.inner
     else:
         outer, inner = policy, {}
-    steps.append((t, resolve_dims(t, outer, src), is_wrapper(t) and src != ROOT))
+    steps.append((node.tensor, resolve_dims(node.tensor, outer, node.source),
+                  node.wrapper and node.source != ROOT))
     for name, spec in inner.items():
-        v = get_inner(t, name, src)
-        isrc = InnerSource(name, src)
-        if isinstance(spec, SubclassPolicy) and not is_wrapper(v):
+        child = node.child(name)
+        if isinstance(spec, SubclassPolicy) and not child.wrapper:
             raise PolicyTypeError(
-                f"{where(isrc)} is a plain {type(v).__name__}; a SubclassPolicy only fits a "
-                "wrapped tensor. Give its dims instead: {0: Dim.dynamic()}."
+                f"{where(child.source)} is a plain {type(child.tensor).__name__}; a SubclassPolicy "
+                "only fits a wrapped tensor. Give its dims instead: {0: Dim.dynamic()}."
             )
-        _collect(v, spec, isrc, steps)
+        _collect(child, spec, steps)
 
 
 def marks(t: torch.Tensor) -> SubclassPolicy:
@@ -299,9 +308,10 @@ def _mirror(kind: DimKind, t: torch.Tensor, index: Any, min: int | None, max: in
         default = Dim(kind, min, max) if kind is DimKind.DYNAMIC else Dim(kind)
     except (PolicyError, PolicyTypeError) as e:
         raise type(e)(f"x: {e}") from None
-    policy = plan(t, {d: default for d in dims})
+    desc = describe(t)
+    policy = plan_described(desc, {d: default for d in dims})
     asked = resolve_dims(t, {d: default for d in dims}, ROOT)
-    moved = {d: m for d, m in divisors(analyze(t), asked).items() if policy.outer.get(d) != asked[d]}
+    moved = {d: m for d, m in divisors(desc.shapes, asked).items() if policy.outer.get(d) != asked[d]}
     if moved:
         # torch sets the outer range itself after this hook, and dynamo then reports its own
         # divisibility guard as a violation of that range; only the kit can carry the range
@@ -316,8 +326,8 @@ def _mirror(kind: DimKind, t: torch.Tensor, index: Any, min: int | None, max: in
             f"range), or torch._dynamo.mark_dynamic(x, {d}) without a range."
         )
     _log.debug("torch.%s on %s: inner marks derived: %r", kind, type(t).__name__, policy)
-    _warn_ctx_pins(t, policy.outer, stacklevel=5)
-    apply(t, SubclassPolicy({}, policy.inner))
+    _warn_ctx_pins(desc, policy.outer, stacklevel=5)
+    _apply(desc.node(), SubclassPolicy({}, policy.inner))
     return True
 
 

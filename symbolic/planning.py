@@ -28,35 +28,18 @@ import torch
 
 from .dims import Dim, DimKind
 from .errors import PolicyError, PolicyTypeError
-from .policy import SubclassPolicy, normalize_dims
-from .protocol import get_inner, inner_items, is_wrapper, where
+from .description import ShapeDescription, describe
+from .policy import SubclassPolicy, normalize_dims, resolve_dims
+from .protocol import Node, where
 from .shape_relations import TensorShape, analyze, size_symbol
-from .source_types import ROOT, InnerSource, Source
+from .source_types import ROOT, Source
 from . import _compat
 
-__all__ = ["plan", "resolve_dims", "divisors", "INNER_MODES"]
+__all__ = ["plan", "plan_described", "resolve_dims", "divisors", "INNER_MODES"]
 
 INNER_MODES = ("derived", "same_dim", "none")
 
 _RANK = {DimKind.DYNAMIC: 2, DimKind.AUTO: 1, DimKind.STATIC: 0}
-
-
-def resolve_dims(t: torch.Tensor, dims: Mapping[int, Dim], src: Source) -> dict[int, Dim]:
-    """Check ``dims`` against ``t`` and make them non-negative, or raise a PolicyError naming ``src``."""
-    out: dict[int, Dim] = {}
-    n = t.dim()
-    for d, dim in dims.items():
-        i = d + n if d < 0 else d
-        if not 0 <= i < n:
-            valid = f"{-n}..{n - 1}" if n else "none, it is 0-d"
-            raise PolicyError(
-                f"{where(src)}: dim {d} is out of range for a {n}-d tensor of shape "
-                f"{tuple(t.shape)} (valid dims: {valid})."
-            )
-        if i in out and out[i] != dim:
-            raise PolicyError(f"{where(src)}: dim {d} is given twice, as {out[i]!r} and {dim!r}.")
-        out[i] = dim
-    return out
 
 
 def _outer_dims(t, dims, min, max, src) -> dict[int, Dim]:
@@ -110,23 +93,34 @@ def plan(t: torch.Tensor, dims: Any, *, min: int | None = None, max: int | None 
     """
     if not isinstance(t, torch.Tensor):
         raise PolicyTypeError(f"mark_dynamic/plan expect a tensor, got {type(t).__name__}.")
-    return _plan(t, ROOT, dims, min, max, inner)
+    return plan_described(describe(t), dims, min=min, max=max, inner=inner)
 
 
-def _plan(t, src, dims, min, max, inner) -> SubclassPolicy:
+def plan_described(desc: ShapeDescription, dims: Any, *, min: int | None = None, max: int | None = None,
+                   inner: Any = "derived") -> SubclassPolicy:
+    """``plan`` for a value already described (``describe(t)``): reads the description only.
+
+    ``mark_dynamic`` describes its tensor once and plans, warns and marks from that one
+    description.
+    """
+    return _plan(desc.node(ROOT), dims, min, max, inner, desc)
+
+
+def _plan(node: Node, dims, min, max, inner, desc: ShapeDescription | None = None) -> SubclassPolicy:
+    t, src = node.tensor, node.source
     _check_mode(inner, src)
     outer = _outer_dims(t, dims, min, max, src)
     overrides: dict[str, Any] = {}
     if isinstance(inner, Mapping):
         for name, spec in inner.items():
-            v = get_inner(t, name, src)
-            overrides[name] = _override(v, InnerSource(name, src), spec)
-    if not is_wrapper(t) or inner == "none":
+            overrides[name] = _override(node.child(name), spec)
+    if not node.wrapper or inner == "none":
         return SubclassPolicy(outer, overrides)
     if inner == "same_dim":
-        return _same_dim(t, outer)
-    infos = analyze(t)
-    policy = _derived(infos, outer, overrides)
+        return _same_dim(node, outer)
+    # A nested wrapper named in a mapping is planned in its own symbols.
+    infos = desc.shapes if desc is not None else analyze(node)
+    policy = _derived(node, infos, outer, overrides)
     moved = {d: m for d, m in divisors(infos, outer).items() if _carried(policy, outer[d])}
     if not moved:
         return policy
@@ -197,24 +191,25 @@ def _carried(policy: SubclassPolicy, dim: Dim) -> bool:
     return False
 
 
-def _override(v, src, spec):
+def _override(node: Node, spec):
+    v, src = node.tensor, node.source
     if isinstance(spec, SubclassPolicy):
-        if not is_wrapper(v):
+        if not node.wrapper:
             raise PolicyTypeError(
                 f"{where(src)} is a plain {type(v).__name__}; a SubclassPolicy only fits a "
                 "wrapped tensor. Give its dims instead: [0] or {0: Dim.dynamic()}."
             )
         return spec
-    if is_wrapper(v):
-        return _plan(v, src, spec, None, None, "derived")
+    if node.wrapper:
+        return _plan(node, spec, None, None, "derived")
     return resolve_dims(v, normalize_dims(spec, where(src)), src)
 
 
-def _same_dim(t, outer) -> SubclassPolicy:
+def _same_dim(node: Node, outer) -> SubclassPolicy:
     inner = {}
-    for name, v in inner_items(t):
-        if v.dim() == t.dim():
-            inner[name] = _same_dim(v, outer) if is_wrapper(v) else dict(outer)
+    for name, child in node.children:
+        if child.tensor.dim() == node.tensor.dim():
+            inner[name] = _same_dim(child, outer) if child.wrapper else dict(outer)
     return SubclassPolicy(outer, inner)
 
 
@@ -326,20 +321,19 @@ def _small_on_instance(info: TensorShape, j: int, expr, kinds, outer, root_dims)
     )
 
 
-def _derived(infos: list[TensorShape], outer: dict[int, Dim], overrides: dict) -> SubclassPolicy:
+def _derived(top: Node, infos: list[TensorShape], outer: dict[int, Dim], overrides: dict) -> SubclassPolicy:
     root = infos[0]
     by_source = {info.source: info for info in infos}
 
-    def build(info: TensorShape, own: dict[int, Dim], extra: dict) -> SubclassPolicy:
+    def build(node: Node, own: dict[int, Dim], extra: dict) -> SubclassPolicy:
         inner = {}
-        for name, v in inner_items(info.tensor):
-            isrc = InnerSource(name, info.source)
+        for name, child in node.children:
             if name in extra:
                 inner[name] = extra[name]
                 continue
-            child = by_source[isrc]
-            dims = {j: d for j in range(v.dim()) if (d := _derive_dim(child, j, outer, root)) is not None}
-            if is_wrapper(v):
+            info = by_source[child.source]
+            dims = {j: d for j in range(child.tensor.dim()) if (d := _derive_dim(info, j, outer, root)) is not None}
+            if child.wrapper:
                 nested = build(child, dims, {})
                 if nested.outer or nested.inner:
                     inner[name] = nested
@@ -347,4 +341,4 @@ def _derived(infos: list[TensorShape], outer: dict[int, Dim], overrides: dict) -
                 inner[name] = dims
         return SubclassPolicy(own, inner)
 
-    return build(root, outer, overrides)
+    return build(top, outer, overrides)

@@ -13,9 +13,11 @@ from types import MappingProxyType
 from typing import Any, Union
 
 from .dims import Dim
-from .errors import PolicyTypeError
+from .errors import PolicyError, PolicyTypeError
+from .protocol import where
+from .source_types import Source
 
-__all__ = ["SubclassPolicy", "DimsSpec", "normalize_dims"]
+__all__ = ["SubclassPolicy", "DimsSpec", "normalize_dims", "resolve_dims"]
 
 DimsSpec = Union[int, Sequence[int], Mapping[int, Dim]]
 
@@ -158,3 +160,21 @@ class SubclassPolicy:
             for k, v in self._inner.items()
         )
         return f"SubclassPolicy(outer={dims(self._outer)}, inner={{{inner}}})"
+
+
+def resolve_dims(t: Any, dims: Mapping[int, Dim], src: Source) -> dict[int, Dim]:
+    """Check ``dims`` against ``t`` and make them non-negative, or raise a PolicyError naming ``src``."""
+    out: dict[int, Dim] = {}
+    n = t.dim()
+    for d, dim in dims.items():
+        i = d + n if d < 0 else d
+        if not 0 <= i < n:
+            valid = f"{-n}..{n - 1}" if n else "none, it is 0-d"
+            raise PolicyError(
+                f"{where(src)}: dim {d} is out of range for a {n}-d tensor of shape "
+                f"{tuple(t.shape)} (valid dims: {valid})."
+            )
+        if i in out and out[i] != dim:
+            raise PolicyError(f"{where(src)}: dim {d} is given twice, as {out[i]!r} and {dim!r}.")
+        out[i] = dim
+    return out

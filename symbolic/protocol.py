@@ -8,6 +8,7 @@ as dynamo reaches them (``L['x'].scale``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Iterator
 
 import torch
@@ -16,7 +17,7 @@ from ._compat import is_traceable_wrapper_subclass
 from .errors import PolicyError, PolicyTypeError
 from .source_types import ROOT, InnerSource, Source
 
-__all__ = ["is_wrapper", "inner_items", "ctx_of", "walk", "path_of", "where", "get_inner"]
+__all__ = ["is_wrapper", "inner_items", "ctx_of", "walk", "path_of", "where", "get_inner", "Node", "tree"]
 
 
 def is_wrapper(t: Any) -> bool:
@@ -73,7 +74,7 @@ def walk(t: torch.Tensor, base: Source = ROOT) -> Iterator[tuple[Source, torch.T
     Example:
         >>> import torch
         >>> from torch.testing._internal.two_tensor import TwoTensor
-        >>> [s.name("x") for s, _ in walk(TwoTensor(torch.ones(2), torch.ones(2)))]
+        >>> [s.name_for("x") for s, _ in walk(TwoTensor(torch.ones(2), torch.ones(2)))]
         ["L['x']", "L['x'].a", "L['x'].b"]
     """
     yield base, t
@@ -91,19 +92,76 @@ def where(src: Source, root: str = "x") -> str:
     return src.render(root)
 
 
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One tensor of a value, read once: where it is, whether it is a wrapper, its flatten
+    ctx (wrappers), and its present inner tensors as nodes, in flatten order.
+
+    Built by ``tree``, one ``__tensor_flatten__`` per wrapper; ``describe``, ``plan``,
+    ``apply`` and ``mark_dynamic`` read this rather than asking the tensor again.
+    """
+
+    source: Source
+    tensor: torch.Tensor
+    wrapper: bool
+    ctx: Any
+    children: tuple  # ((name, Node), ...)
+
+    def items(self) -> list[tuple[str, torch.Tensor]]:
+        """``(name, tensor)`` of the present inner tensors, as ``inner_items``."""
+        return [(n, c.tensor) for n, c in self.children]
+
+    def walk(self) -> Iterator["Node"]:
+        """This node and every node below it, pre-order (as ``walk``)."""
+        yield self
+        for _, c in self.children:
+            yield from c.walk()
+
+    def child(self, name: Any) -> "Node":
+        """The present inner tensor ``name``, or a PolicyError saying why not."""
+        return _child(self, name)
+
+
+def tree(t: torch.Tensor, base: Source = ROOT) -> Node:
+    """``t`` and every tensor inside it as ``Node``s (one flatten per wrapper).
+
+    Example:
+        >>> import torch
+        >>> from torch.testing._internal.two_tensor import TwoTensor
+        >>> n = tree(TwoTensor(torch.ones(2), torch.ones(2)))
+        >>> n.wrapper, [name for name, _ in n.children], n.child("a").wrapper
+        (True, ['a', 'b'], False)
+    """
+    if not is_wrapper(t):
+        return Node(base, t, False, None, ())
+    names, ctx = flatten(t)
+    children = []
+    for n in names:
+        v = getattr(t, n)
+        if isinstance(v, torch.Tensor):
+            children.append((n, tree(v, InnerSource(n, base))))
+    return Node(base, t, True, ctx, tuple(children))
+
+
 def get_inner(t: torch.Tensor, name: Any, src: Source) -> torch.Tensor:
     """The present inner tensor ``name`` of ``t`` (at ``src``), or a PolicyError saying why not."""
-    here = where(src)
+    return _child(tree(t, src), name).tensor
+
+
+def _child(node: Node, name: Any) -> Node:
+    here = where(node.source)
+    src = node.source
+    t = node.tensor
     if not isinstance(name, str):
         raise PolicyTypeError(
             f"{here}: inner tensors are named by strings, got {name!r} ({type(name).__name__})."
         )
-    if not is_wrapper(t):
+    if not node.wrapper:
         raise PolicyError(
             f"{here} is a plain {type(t).__name__} and has no inner tensors, so it has no "
             f"inner {name!r}. Give a policy for its own dims only (a {{dim: Dim}} mapping)."
         )
-    present = dict(inner_items(t))
+    present = dict(node.children)
     if name in present:
         return present[name]
     cls = type(t).__name__

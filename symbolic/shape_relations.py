@@ -30,10 +30,10 @@ import torch
 from . import _compat
 from .errors import PolicyTypeError, RelationError
 from .free_dims import FREE
-from .protocol import ctx_of, inner_items, is_wrapper, path_of, walk, where
+from .protocol import Node, path_of, tree, walk, where
 from .source_types import ROOT, InnerSource, SizeSource, Source
 
-__all__ = ["size_symbol", "size_sources", "relations", "TensorShape", "analyze", "inner_shapes_of"]
+__all__ = ["size_symbol", "size_sources", "relations", "TensorShape", "analyze", "inner_shapes_of", "multiple_of"]
 
 
 def size_symbol(path: str, dim: int) -> sympy.Symbol:
@@ -56,7 +56,7 @@ def size_sources(t: torch.Tensor) -> dict[sympy.Symbol, SizeSource]:
         >>> import torch
         >>> from torch.testing._internal.two_tensor import TwoTensor
         >>> x = TwoTensor(torch.ones(4), torch.ones(4))
-        >>> {str(k): v.name("x") for k, v in size_sources(x).items()}
+        >>> {str(k): v.name_for("x") for k, v in size_sources(x).items()}
         {'s0': "L['x'].size()[0]", 'a_0': "L['x'].a.size()[0]", 'b_0': "L['x'].b.size()[0]"}
     """
     return {
@@ -165,6 +165,26 @@ def inner_shapes_of(cls: type, ndim: int, ctx: Any) -> Mapping[str, tuple] | Non
     return _evaluate_cached(cls, ndim, ctx)
 
 
+def multiple_of(expr: Any) -> tuple[int, int, sympy.Symbol] | None:
+    """``(k, a, s)`` when ``expr`` is ``floor(a*s/k)`` (``floor_div(a*s, k)``, ``k > 1``): an
+    outer size that is a multiple of an inner size. On an instance where ``a*s`` is a
+    multiple of ``k`` the relation is stated as torch states it, ``k*inner == a*s``
+    (dynamo's ``Eq(2*s50, s77)``), not ``inner == a*s // k``. None for other forms.
+
+    Example:
+        >>> s0 = size_symbol("", 0)
+        >>> multiple_of(sympy.floor(s0 / 2)), multiple_of(sympy.ceiling(s0 / 2)), multiple_of(s0)
+        ((2, 1, s0), None, None)
+    """
+    if not isinstance(expr, sympy.floor):
+        return None
+    num, den = sympy.fraction(sympy.together(expr.args[0]))
+    a, s = num.as_coeff_Mul()
+    if not (den.is_Integer and int(den) > 1 and a.is_Integer and int(a) > 0 and s.is_Symbol):
+        return None
+    return int(den), int(a), s
+
+
 def _known(symbols, sizes) -> dict:
     # Jagged dims (nested ints) have no single value; their symbols stay free.
     return {s: sympy.Integer(n) for s, n in zip(symbols, sizes) if type(n) is int}
@@ -174,9 +194,10 @@ def _same_int(a, b) -> bool:
     return type(a) is int and type(b) is int and a == b
 
 
-def analyze(t: torch.Tensor) -> list[TensorShape]:
+def analyze(t: "torch.Tensor | Node") -> list[TensorShape]:
     """Every tensor in ``t`` (pre-order) with its sizes as expressions in the root's symbols.
 
+    ``t`` is a tensor or its ``protocol.tree`` (read as it is, without flattening again).
     Raises ``RelationError`` when ``__inner_shapes__`` cannot be evaluated on symbols or
     contradicts the instance.
 
@@ -186,29 +207,33 @@ def analyze(t: torch.Tensor) -> list[TensorShape]:
         >>> [s.exprs for s in analyze(TwoTensor(torch.ones(4, 2), torch.ones(4, 2)))]
         [(s0, s1), (s0, s1), (s0, s1)]
     """
-    if not isinstance(t, torch.Tensor):
+    if isinstance(t, torch.Tensor):
+        t = tree(t)
+    elif not isinstance(t, Node):
         raise PolicyTypeError(f"expected a tensor, got {type(t).__name__}.")
     out: list[TensorShape] = []
     values: dict[sympy.Symbol, int] = {}
-    root_syms = tuple(size_symbol("", i) for i in range(t.dim()))
-    values.update(_known(root_syms, t.shape))
-    _analyze(t, ROOT, root_syms, root_syms, values, out)
+    root_syms = tuple(size_symbol("", i) for i in range(t.tensor.dim()))
+    values.update(_known(root_syms, t.tensor.shape))
+    _analyze(t, root_syms, root_syms, values, out)
     return out
 
 
-def _analyze(t, src, symbols, exprs, values, out, free=frozenset()) -> None:
+def _analyze(node: Node, symbols, exprs, values, out, free=frozenset()) -> None:
+    t, src = node.tensor, node.source
     out.append(TensorShape(src, t, symbols, exprs, free))
-    if not is_wrapper(t):
+    if not node.wrapper:
         return
     cls = type(t)
-    shapes = inner_shapes_of(cls, t.dim(), ctx_of(t))
+    shapes = inner_shapes_of(cls, t.dim(), node.ctx)
     canon = {size_symbol("", i): e for i, e in enumerate(exprs)}
-    for name, v in inner_items(t):
-        isrc = InnerSource(name, src)
+    for name, child in node.children:
+        v = child.tensor
+        isrc = child.source
         path = path_of(isrc)
         syms = tuple(size_symbol(path, j) for j in range(v.dim()))
         values.update(_known(syms, v.shape))
-        free: frozenset = frozenset()
+        ifree: frozenset = frozenset()
         if shapes is not None and name in shapes:
             shape = shapes[name]
             if len(shape) != v.dim():
@@ -216,11 +241,11 @@ def _analyze(t, src, symbols, exprs, values, out, free=frozenset()) -> None:
                     f"{where(isrc)}: {cls.__name__}.__inner_shapes__ gives {len(shape)} dims "
                     f"{shape} but the tensor has {v.dim()} (shape {tuple(v.shape)})."
                 )
-            free = frozenset(j for j, e in enumerate(shape) if e is FREE)
-            iexprs = tuple(syms[j] if j in free else e.xreplace(canon) for j, e in enumerate(shape))
+            ifree = frozenset(j for j, e in enumerate(shape) if e is FREE)
+            iexprs = tuple(syms[j] if j in ifree else e.xreplace(canon) for j, e in enumerate(shape))
             for j, e in enumerate(iexprs):
                 got = v.size(j)
-                if j in free or type(got) is not int:
+                if j in ifree or type(got) is not int:
                     continue  # a nested int (jagged dim) has no value to check against
                 want = e.xreplace(values)
                 if want.free_symbols or want != got:
@@ -240,7 +265,7 @@ def _analyze(t, src, symbols, exprs, values, out, free=frozenset()) -> None:
                 exprs[j] if j < t.dim() and _same_int(v.size(j), t.size(j)) else syms[j]
                 for j in range(v.dim())
             )
-        _analyze(v, isrc, syms, iexprs, values, out, free)
+        _analyze(child, syms, iexprs, values, out, ifree)
 
 
 def _class_ndim(cls: type, ndim: int | None) -> int:

@@ -1,14 +1,14 @@
 """The source classes: small frozen values that name a place inside a (wrapped) tensor.
 
 A source fetches (``src(root)``) and renders relative to any root name
-(``src.name("w")`` -> ``L['w'].scale.size()[0]``), the way dynamo's guards name the same
-place. ``src.to_torch()`` gives the equivalent torch ``Source`` (``LocalSource``,
+(``src.name_for("w")`` -> ``L['w'].scale.size()[0]``; ``src.name`` for its own root), the
+way dynamo's guards name the same place. ``src.to_torch()`` gives the equivalent torch ``Source`` (``LocalSource``,
 ``AttrSource``, ``GetItemSource``, ``TensorPropertySource``, reached through
 ``symbolic._compat``) for anything of torch's that takes one, such as ``ShapeEnv``.
 
-Why not subclass torch's types: torch reads ``source.name`` as a string attribute, while
-ours renders for a root given as an argument; one attribute cannot be both without a
-callable string. The conversion is explicit instead.
+``src.name`` is a string, as torch's ``Source.name`` is (a property in torch 2.13), so
+``src.name == "L['x'].size()[0]"`` means the same for both. They are not torch's types:
+ours also render for any root (``name_for``) and fetch; ``to_torch()`` converts.
 
 Kept apart from ``tensor_sources.py`` (which walks tensors through ``protocol``) so that
 ``protocol`` can name sources without an import cycle.
@@ -35,12 +35,13 @@ __all__ = [
 
 
 class Source:
-    """Base of all sources. Call it on the root value to fetch; ``name(root)`` to render.
+    """Base of all sources. Call it on the root value to fetch; ``.name`` is its name (a
+    string, as torch's), ``name_for(root)`` renders it for another local.
 
     Example:
         >>> import torch
         >>> src = SizeSource(ROOT, 1)
-        >>> src(torch.ones(2, 3)), src.name(), src.name("w")
+        >>> src(torch.ones(2, 3)), src.name, src.name_for("w")
         (3, "L['x'].size()[1]", "L['w'].size()[1]")
     """
 
@@ -53,14 +54,25 @@ class Source:
         """This source's expression below the root expression ``root_expr``."""
         raise NotImplementedError
 
-    def name(self, root: str | None = None) -> str:
-        """Render for a local named ``root`` (default: the root's own name, ``x`` for ``ROOT``).
+    @property
+    def name(self) -> str:
+        """The name dynamo's guards give this place, for the root's own local name (``x``
+        for ``ROOT``): a string, as torch's ``Source.name`` (a property since torch 2.13).
 
         Example:
-            >>> InnerSource("scale").name("w")
+            >>> InnerSource("scale").name
+            "L['x'].scale"
+        """
+        return self.render(f"L[{_root_name(self)!r}]")
+
+    def name_for(self, root: str) -> str:
+        """The name of this place under a local named ``root``.
+
+        Example:
+            >>> InnerSource("scale").name_for("w")
             "L['w'].scale"
         """
-        return self.render(f"L[{(root if root is not None else _root_name(self))!r}]")
+        return self.render(f"L[{root!r}]")
 
     def to_torch(self) -> Any:
         """The same place as one of torch's own ``Source`` objects (for ``ShapeEnv`` and
@@ -73,7 +85,7 @@ class Source:
         raise TypeError(f"{type(self).__name__} has no torch Source equivalent ({self})")
 
     def __str__(self) -> str:
-        return self.name()
+        return self.name
 
 
 def _root_name(src: Source) -> str:
@@ -90,7 +102,7 @@ class Root(Source):
     """The root value itself (``L['x']``); torch's ``LocalSource``.
 
     Relative rendering (``render``) ignores ``local_name``: the root is whatever name the
-    caller renders with. ``name()`` without an argument uses it.
+    caller renders with. ``name`` uses it.
     """
 
     local_name: str = "x"

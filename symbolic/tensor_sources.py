@@ -3,7 +3,7 @@
 The source classes themselves live in ``source_types`` and are re-exported by the
 ``symbolic`` facade. A source is relative to a root value and converts to torch's own
 ``Source`` with ``to_torch()``. ``SizeSource(InnerSource("scale"), 0)(t)`` returns
-``t.scale.size(0)``; ``.name("x")`` renders it the way dynamo's guards name it,
+``t.scale.size(0)``; ``.name`` (a string, as torch's) renders it the way dynamo's guards name it,
 ``L['x'].scale.size()[0]``. Guards, explanations and error messages print rendered
 sources, never ad-hoc strings, so that what the kit says can be matched against what
 dynamo says.

@@ -210,6 +210,9 @@ class Relation(Guard):
     target: SizeSource  # the inner size
     expr: Any  # sympy expression over ``symbols``
     symbols: Any  # {sympy.Symbol: Source}
+    # ``scale * target == expr``: an outer size that is a multiple of the inner size is
+    # stated as torch states it (``2*inner == outer``), not as ``inner == outer // 2``.
+    scale: int = 1
     kind = "relation"
 
     @property
@@ -229,7 +232,8 @@ class Relation(Guard):
             syms = sorted(self.symbols, key=str)
             fn = cg.const(lambda *vals, e=self.expr, s=syms: _eval(e, dict(zip(s, vals))), "X")
             rhs = f"{fn}({', '.join(names[s] for s in syms)})"
-        cg.check(f"{cg.var(self.target)} == {rhs}")
+        lhs = cg.var(self.target) if self.scale == 1 else f"{self.scale} * {cg.var(self.target)}"
+        cg.check(f"{lhs} == {rhs}")
 
     def expected(self, root) -> int:
         return _eval(self.expr, {s: src(root) for s, src in self.symbols.items()})
@@ -237,12 +241,15 @@ class Relation(Guard):
     def failures(self, root, r):
         exp = self.expected(root)
         got = self.target(root)
-        if exp == got:
+        if exp == self.scale * got:
             return []
-        return [line(r, self.target, f"{self._rhs_text(r)} = {exp}", str(got))]
+        if self.scale == 1:
+            return [line(r, self.target, f"{self._rhs_text(r)} = {exp}", str(got))]
+        return [line(r, self.target, f"({self._rhs_text(r)})/{self.scale} = {exp}/{self.scale}", str(got))]
 
     def describe(self, r):
-        return f"{r(self.target)} == {self._rhs_text(r)}"
+        lhs = r(self.target) if self.scale == 1 else f"{self.scale}*{r(self.target)}"
+        return f"{lhs} == {self._rhs_text(r)}"
 
     def canonical(self, r):
         return ["relation", r(self.target)]

@@ -40,12 +40,12 @@ def test_nested_wrapper_rule():
 
 def test_relations_carry_their_sources():
     x = BlockScaled.from_float(torch.randn(70, 8), block=16)
-    (r,) = [r for r in symbolic.describe(x).relations() if r.target.name() == "L['x'].scale.size()[0]"]
+    (r,) = [r for r in symbolic.describe(x).relations() if r.target.name == "L['x'].scale.size()[0]"]
     s0 = symbolic.size_symbol("", 0)
     assert r.expr == sympy.ceiling(s0 / 16)
     assert r.symbols == {s0: symbolic.SizeSource(symbolic.ROOT, 0)}
     assert r.solve_pinned(5) == {}  # ceiling: many row counts give 5 blocks
-    (q,) = [r for r in symbolic.describe(x).relations() if r.target.name() == "L['x'].qdata.size()[0]"]
+    (q,) = [r for r in symbolic.describe(x).relations() if r.target.name == "L['x'].qdata.size()[0]"]
     assert q.solve_pinned(70) == {s0: 70}
     assert symbolic.describe(torch.ones(3)).relations() == []
 

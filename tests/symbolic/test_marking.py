@@ -324,3 +324,19 @@ def test_marking_inside_a_compiled_region_is_an_error():
 
     with pytest.raises(Exception, match="forbidden callable"):
         f(torch.ones(3))
+
+
+def test_mark_dynamic_reads_the_wrapper_once(monkeypatch):
+    """One description per call: planning, the ctx check and the marks read the tensor
+    through it, so each wrapper is flattened once (torch's marking hook likewise)."""
+    from subclass_kit.examples import BlockScaled
+
+    calls = []
+    flatten = BlockScaled.__tensor_flatten__
+    monkeypatch.setattr(BlockScaled, "__tensor_flatten__", lambda self: calls.append(1) or flatten(self))
+    x = BlockScaled.from_float(torch.randn(64, 8))
+    symbolic.mark_dynamic(x, 0)
+    assert len(calls) == 1
+    calls.clear()
+    torch._dynamo.mark_dynamic(BlockScaled.from_float(torch.randn(64, 8)), 0)
+    assert len(calls) == 1

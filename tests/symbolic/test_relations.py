@@ -145,7 +145,7 @@ def test_class_without_samples_needs_ndim():
 def test_size_sources_read_relations_against_an_instance():
     x = TorchTwoTensor(BlockScaled.from_float(torch.randn(70, 8)), BlockScaled.from_float(torch.randn(70, 8)))
     srcs = symbolic.size_sources(x)
-    assert srcs[size_symbol("a.scale", 0)].name("x") == "L['x'].a.scale.size()[0]"
+    assert srcs[size_symbol("a.scale", 0)].name_for("x") == "L['x'].a.scale.size()[0]"
     values = {sym: src(x) for sym, src in srcs.items()}
     # Every relation holds when each symbol is replaced by the size its source fetches.
     for eq in relations(x):

@@ -59,14 +59,16 @@ def test_no_module_shares_a_name_with_a_function():
     assert inspect.isfunction(symbolic.sources) and inspect.isfunction(symbolic.relations)
     assert inspect.isfunction(guards.cache_key)
     x = torch.ones(2, 3)
-    assert list(symbolic.sources(x)) == [s.name() for s in symbolic.sources(x).values()]
+    assert list(symbolic.sources(x)) == [s.name for s in symbolic.sources(x).values()]
 
 
-def test_name_is_a_plain_method():
+def test_name_is_the_name_string_as_torchs():
+    # torch 2.13's Source.name is a property; a user coming from torch compares it with ==.
     s = SizeSource(InnerSource("scale"), 0)
-    assert inspect.ismethod(s.name) and not isinstance(s.name, str)
-    assert s.name() == "L['x'].scale.size()[0]" and s.name("w") == "L['w'].scale.size()[0]"
-    assert StrideSource(symbolic.Root("w"), 1).name() == "L['w'].stride()[1]"
+    assert type(s.name) is str and isinstance(inspect.getattr_static(type(s), "name"), property)
+    assert s.name == s.to_torch().name
+    assert s.name == "L['x'].scale.size()[0]" and s.name_for("w") == "L['w'].scale.size()[0]"
+    assert StrideSource(symbolic.Root("w"), 1).name == "L['w'].stride()[1]"
 
 
 def test_views_include_their_base():
@@ -139,9 +141,9 @@ def test_sources_convert_to_torch_sources():
     t = s.to_torch()
     assert isinstance(t, TensorPropertySource) and isinstance(t.base, AttrSource)
     assert isinstance(t.base.base, LocalSource) and t.base.base.local_name == "x"
-    assert t.name == s.name() == "L['x'].scale.size()[0]" and s.name("w") == "L['w'].scale.size()[0]"
+    assert t.name == s.name == "L['x'].scale.size()[0]" and s.name_for("w") == "L['w'].scale.size()[0]"
     w = symbolic.sources(x, name="w")["L['w'].scale.size()[0]"]
-    assert w.name() == w.to_torch().name == "L['w'].scale.size()[0]"
+    assert w.name == w.to_torch().name == "L['w'].scale.size()[0]"
     assert pickle.loads(pickle.dumps(s)) == s and hash(pickle.loads(pickle.dumps(s))) == hash(s)
     env = ShapeEnv()
     sym = env.create_symbol(3, t, dynamic_dim=DimDynamic.DYNAMIC)
