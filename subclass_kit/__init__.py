@@ -30,6 +30,8 @@ from .errors import (
     GradientDroppedError as GradientDroppedError,
     SymbolicSizeError as SymbolicSizeError,
     SizeSpecializedWarning as SizeSpecializedWarning,
+    PlainMaskWarning as PlainMaskWarning,
+    MetaRecompileWarning as MetaRecompileWarning,
 )
 from .fields import inner as inner, meta as meta, state as state
 
@@ -83,6 +85,8 @@ __all__ = [
     "GradientDroppedError",
     "SymbolicSizeError",
     "SizeSpecializedWarning",
+    "PlainMaskWarning",
+    "MetaRecompileWarning",
 ]
 
 

@@ -81,7 +81,7 @@ def torch_caller(op_base: str) -> tuple[str, str] | None:
     the dispatcher with aten op ``op_base`` (``"view"``), or None when it is that op itself
     or cannot be told."""
     try:
-        frame = sys._getframe(1)
+        frame: Any = sys._getframe(1)
         while frame is not None and frame.f_globals.get("__name__", "").startswith(_KIT):
             frame = frame.f_back
         if frame is None or frame.f_globals.get("__name__", "").startswith("torch._"):

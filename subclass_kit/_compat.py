@@ -934,3 +934,8 @@ def fixed_symbols(env) -> dict:
 def symbol_sources(env, sym) -> list:
     """The names (``L['x'].size()[0]``) dynamo gave the inputs' sizes bound to ``sym``."""
     return [s.name for s in env.var_to_sources.get(sym, ())]
+
+
+def recompile_limit() -> int:
+    """How many graphs dynamo compiles for one frame before it falls back to eager."""
+    return int(torch._dynamo.config.recompile_limit)

@@ -19,7 +19,7 @@ from . import _compat
 from .ctx import SubclassCtx
 from .errors import ConstructionError, InnerShapeError, InnerShapesKeyError, OuterArgumentError, OuterDtypeWarning
 from .fields import MISSING, InnerField
-from ._spec import check_meta_rule, check_meta_type, check_meta_value
+from ._spec import check_meta_rule, check_meta_type, check_meta_value, note_meta_value
 
 __all__ = ["construct", "contiguous_strides", "check_parts"]
 
@@ -62,7 +62,7 @@ def _shape_fix(cls) -> str:
 def _check_inner_shapes(cls, spec, inners, size, ctx, size_given: bool = True) -> None:
     try:
         expected = cls.__inner_shapes__(tuple(size), ctx)
-    except (ValueError, IndexError, TypeError) as e:
+    except (ValueError, IndexError, TypeError) as err:
         if size_given:
             raise
         # ``B, L, D = outer_size`` over a default taken from a primary of another rank (a
@@ -70,10 +70,10 @@ def _check_inner_shapes(cls, spec, inners, size, ctx, size_given: bool = True) -
         raise OuterArgumentError(
             f"{spec.qualname}(...) was called without size=, so the outer size is the primary "
             f"inner tensor {spec.primary!r}'s shape {_fmt_shape(tuple(size))}, and "
-            f"{spec.qualname}.__inner_shapes__ cannot take it ({type(e).__name__}: {e}). When "
+            f"{spec.qualname}.__inner_shapes__ cannot take it ({type(err).__name__}: {err}). When "
             f"the outer shape is not the primary's, pass it: {spec.qualname}(..., size=(...)) "
             "(and to from_parts / wrap alike)."
-        ) from e
+        ) from err
     _check_inner_shapes_keys(spec, size, expected)
     for f, t in zip(spec.inner, inners):
         if t is None or f.name not in expected:
@@ -223,6 +223,7 @@ def construct(cls, args: tuple, kwargs: dict) -> Any:
                 check_meta_value(qual, f.name, v, where="the value passed")
                 check_meta_rule(qual, f, v, where="the value passed")
                 ok.add(key)
+                note_meta_value(cls, qual, f.name, v)
         meta_values.append(v)
 
     size_given = size is not None

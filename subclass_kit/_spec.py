@@ -12,6 +12,8 @@ import pickle
 import sys
 import types
 import typing
+import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -318,4 +320,42 @@ def check_meta_rule(owner: str, f: MetaField, value: Any, *, where: str, error: 
     raise (error or MetaValueError)(
         f"{owner}.{f.name} must be {rule} but {where} is {shown}. Pass a valid {f.name}="
         + (f" (the default is {f.default!r})." if f.default is not MISSING else ".")
+    )
+
+
+# ---- meta values that vary like data ----------------------------------------------------------
+# Dynamo guards a meta value by ==, so every new value is a new graph. A field that takes more
+# distinct values than dynamo's recompile limit (offsets passed as a tuple, a per-batch
+# max_len) recompiles every batch and then stops compiling, with no word from torch beyond
+# its recompile log. Counted at validated construction (new values only: validated ones are
+# remembered per class), warned once per field.
+_DISTINCT: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def note_meta_value(cls, qual: str, name: str, value: Any) -> None:
+    """Count a new distinct value of meta field ``name``; warn once past the recompile limit."""
+    from . import _compat
+    from .errors import MetaRecompileWarning
+
+    seen = _DISTINCT.setdefault(cls, {})
+    n = seen.get(name, 0) + 1
+    seen[name] = n
+    limit = _compat.recompile_limit()
+    if n != limit + 1 or _compat.is_compiling():
+        return
+    kind = type(value).__name__
+    data = isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value)
+    fix = (
+        f"declare {name} an inner() tensor instead (an int64 tensor of the {len(value)} values; "
+        "a varying length then is a dynamic size, not a new graph)"
+        if data else
+        f"declare {name} an inner() tensor, or derive it from a size (a dim of an inner tensor)"
+    )
+    warnings.warn(
+        f"{qual}.{name} is a meta field and has taken {n} different values ({kind}, e.g. "
+        f"{value!r:.60}): dynamo guards meta values by ==, so torch.compile compiles a new graph "
+        f"for each new value, and after its recompile limit ({limit}) stops compiling the "
+        f"function. A value that varies per batch is data: {fix}.",
+        MetaRecompileWarning,
+        stacklevel=4,
     )

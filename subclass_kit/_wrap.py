@@ -34,6 +34,13 @@ __all__ = ["wrap", "unwrap", "graph_functions", "keeps_graph"]
 _OUTER = ("size", "stride", "dtype", "device")
 
 
+def _below_autograd() -> bool:
+    # Inside an aten handler autograd has already run: wrap is the constructor there.
+    from . import _compat
+
+    return not torch.compiler.is_compiling() and _compat.below_autograd()
+
+
 def _differentiable(t) -> bool:
     return t.is_floating_point() or t.is_complex()
 
@@ -59,7 +66,8 @@ def wrap(cls, args: tuple, kwargs: dict) -> Any:
         if isinstance(v, torch.Tensor):
             names.append(n)
             tensors.append(bound.pop(n))
-    if requires_grad is False or not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors):
+    if (requires_grad is False or not torch.is_grad_enabled() or not any(t.requires_grad for t in tensors)
+            or _below_autograd()):
         # Nothing to differentiate: the constructor's leaf (requires_grad= as it takes it).
         bound.update(zip(names, tensors))
         if requires_grad is not None:
@@ -75,6 +83,11 @@ def unwrap(x) -> tuple:
     kit = getattr(cls, "__kit__", None)
     if kit is None or kit.graph_unwrap is None:
         raise ConstructionError(f"unwrap() needs a WrapperTensor instance, got {type(x).__name__}.")
+    if not (x.requires_grad and torch.is_grad_enabled()) or _below_autograd():
+        # No gradient to carry: the inner tensors themselves, with no autograd node (the
+        # inference path of a handler pays an attribute read).
+        d = x.__dict__
+        return tuple([d.get(n) for n in kit.inner_names])
     present = x._kit_ctx.present
     got = iter(kit.graph_unwrap(x))
     return tuple([next(got) if n in present else None for n in kit.inner_names])
@@ -281,7 +294,7 @@ def keeps_graph(cls, func, h, name: str):
                     _check_dropped(cls, name, h, w, args, kwargs)
         return out
 
-    checked.__wrapped__ = h
+    checked.__wrapped__ = h  # type: ignore[attr-defined]  # read by _dispatch's result check
     return checked
 
 

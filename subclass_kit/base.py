@@ -152,41 +152,30 @@ class WrapperTensor(torch.Tensor):
 
     @classmethod
     def wrap(cls, *args: Any, **kwargs: Any) -> Any:
-        """The constructor, differentiable: gradients flow into the inner tensors given.
-
-        Same arguments as ``Cls(...)``. The result is a non-leaf when an inner tensor
-        requires grad (what a handler returns after computing on inner tensors); a gradient
-        arriving as a ``Cls`` gives each inner tensor its field, a plain one is split by the
-        vector-Jacobian product of ``to_plain()``. See ``unwrap`` for the inverse and
-        docs/authoring.md ("Handlers and autograd").
+        """The constructor, differentiable: same arguments, and the gradient flows into the
+        inner tensors given (a ``Cls`` gradient field by field; a plain one split by the
+        vector-Jacobian product of ``to_plain()``). See docs/authoring.md, "Handlers and autograd".
 
         Example:
             >>> import torch
             >>> from subclass_kit.examples import TwoTensor
             >>> a = torch.ones(2, requires_grad=True)
             >>> t = TwoTensor.wrap(a * 2, torch.zeros(2))
-            >>> t.is_leaf, t.requires_grad
-            (False, True)
             >>> t.unwrap()[0].sum().backward()
-            >>> a.grad
-            tensor([2., 2.])
+            >>> t.is_leaf, a.grad
+            (False, tensor([2., 2.]))
         """
         return _wrap.wrap(cls, args, kwargs)
 
     def unwrap(self) -> tuple:
-        """The inner tensors, differentiable: their gradients flow back into this wrapper.
-
-        Returns a tuple with one entry per inner field, in declaration order (None for an
-        absent optional one). The gradient reaches the wrapper as an instance of its class
-        with its ctx, size and stride (non-floating inner tensors, such as offsets, are the
-        forward's own; a float inner without gradient is zeros).
+        """The inner tensors (one per inner field, declaration order, None if absent), with
+        their gradients flowing back into this wrapper as an instance of its class.
 
         Example:
             >>> import torch
             >>> from subclass_kit.examples import TwoTensor
             >>> t = TwoTensor(torch.ones(2), torch.zeros(2)).requires_grad_()
-            >>> a, b = t.unwrap()
-            >>> (a * 3).sum().backward()
+            >>> (t.unwrap()[0] * 3).sum().backward()
             >>> type(t.grad).__name__, t.grad.a.tolist(), t.grad.b.tolist()
             ('TwoTensor', [3.0, 3.0], [0.0, 0.0])
         """
@@ -359,7 +348,13 @@ class WrapperTensor(torch.Tensor):
                 optional one) or a dict by name.
             ctx: the ctx (e.g. another instance's, from ``__tensor_flatten__``); None: the
                 meta defaults with the primary inner tensor's dtype.
-            size, stride, offset: the outer tensor's; by default the primary's.
+            size: the outer size; by default the primary's shape (and then its stride and
+                storage offset too).
+            stride: the outer stride; with ``size=`` given and ``stride=`` left out, the
+                row-major strides of ``size`` (a (B, L, D) outer over a 2-d primary gets
+                (L*D, D, 1), never the primary's).
+            offset: the outer storage offset; by default the primary's when it has the
+                outer's dimensionality, else 0.
             requires_grad: for the outer tensor.
             **state: values for declared ``state()`` attributes.
 

@@ -25,6 +25,8 @@ __all__ = [
     "GradientDroppedError",
     "SymbolicSizeError",
     "SizeSpecializedWarning",
+    "PlainMaskWarning",
+    "MetaRecompileWarning",
 ]
 
 
@@ -141,3 +143,15 @@ class SizeSpecializedWarning(UserWarning):
     """A handler turned a dynamic size into a constant while compiling (``int(x.shape[0])``):
     a dim marked dynamic then fails with torch's ``ConstraintViolationError``, an unmarked one
     recompiles for each new size. Keep the size symbolic."""
+
+
+class PlainMaskWarning(UserWarning):
+    """``fallbacks.to_plain`` ran an op that mixes positions (a reduction, a matmul) on a
+    class whose ``__plain_mask__`` declares don't-care positions in ``to_plain()``: the
+    padding can enter the result. Register a handler for the op."""
+
+
+class MetaRecompileWarning(UserWarning):
+    """A meta field has taken more distinct values than torch.compile's recompile limit:
+    dynamo guards meta values by ``==``, so each new value recompiles. A value that varies per
+    batch (offsets, lengths) is data: declare it ``inner()``."""

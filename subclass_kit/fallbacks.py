@@ -7,13 +7,14 @@ fallback that picks a handler once per (class, op) and lets the dispatcher cache
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Optional
 
 import torch
 
 from . import _aliasing, _callsite, _compat
 from ._runtime import kit_handler
-from .errors import ToPlainError, UnsupportedOpError
+from .errors import PlainMaskWarning, ToPlainError, UnsupportedOpError
 from ._opname import op_name
 
 __all__ = ["map_inner", "to_plain", "raise_unsupported", "per_op"]
@@ -173,6 +174,8 @@ def _plain(x, func):
                 f"{type(x).__qualname__} uses fallbacks.to_plain for {func} but defines no "
                 "to_plain() method; add `def to_plain(self): ...` returning the dense tensor."
             )
+        if getattr(type(x), "__plain_mask__", None) is not None:
+            _warn_mixes_padding(type(x), func)
         d = x.to_plain()
         if d.dtype != x.dtype or d.dim() != x.dim() or d.device != x.device or (
             not any(_compat.is_symbolic(s) for s in d.shape) and tuple(d.shape) != tuple(x.shape)
@@ -187,6 +190,31 @@ def _plain(x, func):
     if type(x) in (list, tuple):
         return type(x)(_plain(y, func) for y in x)
     return x
+
+
+# A class that declares ``__plain_mask__`` says some positions of to_plain() mean nothing
+# (padding). A pointwise op keeps every position to itself, so its meaningful positions are
+# right; any other op (a mean, a softmax, a matmul over the padded dim) may mix the padding
+# into them, silently. Warned once per (class, op).
+_MASK_WARNED: set = set()
+_POINTWISE = torch.Tag.pointwise
+
+
+def _warn_mixes_padding(cls, func) -> None:
+    if (cls, func) in _MASK_WARNED or _POINTWISE in getattr(func, "tags", ()):
+        return
+    _MASK_WARNED.add((cls, func))
+    op = op_name(func)
+    warnings.warn(
+        f"{cls.__qualname__} computes {op} through fallbacks.to_plain, on to_plain() including "
+        f"the positions its __plain_mask__ marks as don't-care (padding): {op} is not pointwise, "
+        "so the padding can enter the meaningful results (a mean divides by the padded length). "
+        f"Register a handler for it (@{cls.__qualname__}.implements({op}), or "
+        f"implements_torch_function for the torch function you call) that computes on the "
+        "meaningful positions only.",
+        PlainMaskWarning,
+        stacklevel=3,
+    )
 
 
 @kit_handler
@@ -254,7 +282,7 @@ def raise_unsupported(func: Any, types: tuple, args: tuple, kwargs: dict) -> Any
 
 
 def _to_plain_hint(owner, text: str) -> str:
-    if owner is not None and hasattr(owner, "__plain_mask__"):
+    if owner is not None and getattr(owner, "__plain_mask__", None) is not None:
         return (
             f". Note: {owner.__qualname__} declares __plain_mask__, so to_plain() has don't-care "
             "positions, and fallbacks.to_plain computes on them as on any others (a mean over "

@@ -242,6 +242,15 @@ def test_wrap_compiled_fullgraph_gradients_equal_dense():
     assert cnt.frame_count == 1
 
 
+def test_wrap_compiled_dynamic_one_graph_for_a_batch_sweep():
+    # Sizes reach wrap as SymInts (total tokens, max_len, B): one graph for every batch.
+    cnt = CompileCounterWithBackend("aot_eager")
+    compiled = torch.compile(_wrapped_model, backend=cnt, fullgraph=True, dynamic=True)
+    for lengths in ([3, 7, 1, 5], [2, 9, 4, 4], [5, 5, 6, 1, 2]):
+        _assert_close(_kit_grads(lengths, compiled), _dense_grads(lengths))
+    assert cnt.frame_count == 1
+
+
 def test_wrap_inside_the_compiled_region_fullgraph():
     # wrap and unwrap themselves traced: one graph node each, gradients flow through both.
     def fn(packed, offs, w):
@@ -311,3 +320,41 @@ def test_a_handler_that_drops_the_graph_is_named():
         F.linear(x, w)
     F.linear(x, w.detach())
     torch.zeros_like(Leafy(packed.requires_grad_(), offs, size=(4, 7, 4)))
+
+
+class Param(WrapperTensor):
+    payload: torch.Tensor = inner()
+
+
+@Param.implements(torch.ops.aten.mul.Tensor)
+def _param_mul(func, types, args, kwargs):
+    # Below autograd: wrap is the constructor (no autograd node is recorded in dispatch).
+    x, other = args
+    return Param.wrap(x.payload * other)
+
+
+def test_wrap_in_an_aten_handler_is_the_constructor():
+    p = Param(torch.ones(3)).requires_grad_()
+    out = p * 2.0
+    assert type(out) is Param and out.grad_fn is not None  # autograd's own node, above dispatch
+    out.unwrap()[0].sum().backward()
+    assert type(p.grad) is Param
+    torch.testing.assert_close(p.grad.payload, torch.full((3,), 2.0))
+
+
+def test_exemplar_wrap_compiled_equals_eager():
+    def fn(a, b):
+        t = TwoTensor.wrap(a * 2, b.exp()) * 3  # map_inner on the wrapper
+        ua, ub = t.unwrap()
+        return ua.sum() + (ub * ub).sum()
+
+    a = torch.randn(3, 4, requires_grad=True)
+    b = torch.randn(3, 4, requires_grad=True)
+    fn(a, b).backward()
+    want = (a.grad.clone(), b.grad.clone())
+    a.grad = b.grad = None
+    cnt = CompileCounterWithBackend("aot_eager")
+    torch.compile(fn, backend=cnt, fullgraph=True)(a, b).backward()
+    torch.testing.assert_close((a.grad, b.grad), want)
+    torch.testing.assert_close(want[0], torch.full_like(a, 6.0))
+    assert cnt.frame_count == 1
