@@ -122,7 +122,8 @@ def _missing_ops(run, case, x, e: BaseException, compiled: str = "") -> tuple:
     """``(what, fix)`` for a backward that hit an op the class does not handle, listing the
     aten ops that backward runs on the class and those it lacks."""
     ops, missing = backward_ops(case.call, x)
-    first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    first = first.split(". ")[0][:200]  # the op; the fix is ours, below
     need = f"; the backward of {case.label} runs these aten ops on {run.name}: {', '.join(ops)}" if ops else ""
     lack = f"; {run.name} lacks: {', '.join(missing)}" if missing else ""
     register = (f"register handlers for {', '.join(missing)} with @{run.name}.implements(...)" if missing and run.subject.is_kit
@@ -133,11 +134,11 @@ def _missing_ops(run, case, x, e: BaseException, compiled: str = "") -> tuple:
 
 def _refusal(e: BaseException):
     """The NotImplementedError in an exception's chain (dynamo wraps what the backend raised)."""
-    seen = 0
-    while e is not None and seen < 8:
-        if isinstance(e, NotImplementedError):
-            return e
-        e, seen = e.__cause__ or e.__context__, seen + 1
+    c: BaseException | None = e
+    for _ in range(8):
+        if c is None or isinstance(c, NotImplementedError):
+            return c
+        c = c.__cause__ or c.__context__
     return None
 
 
@@ -174,9 +175,11 @@ def _eager(run):
     outd.backward(cot)
     d = dense_difference(grad, xd.grad, "grad", judged=[mask] if mask is not None else None)
     if d:
+        ops = backward_ops(case.call, x)[0]
+        which = ", ".join(ops) if ops else "e.g. mul, expand, ones_like"
         raise Fail(
             f"backward through {case.label} on {describe(x)} disagrees with the dense backward{how}: {d}",
-            "check the handlers of the backward ops (e.g. mul, expand, ones_like) against to_plain()"
+            f"check the handlers of the ops this backward runs on {run.name} ({which}) against to_plain()"
             + ("; only positions __plain_mask__ marks meaningful were compared" if mask is not None else ""),
         )
     return case.label + (" (meaningful positions)" if mask is not None else "")

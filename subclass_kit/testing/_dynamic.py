@@ -19,6 +19,7 @@ stale metadata.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import torch
 
@@ -163,10 +164,7 @@ def _buildable(base, fn, wanted, tried) -> tuple:
         except Exception as e:
             tried.append(f"{'x'.join(map(str, size))} (cannot build: {type(e).__name__}: {_first_line(e)})")
             continue
-        try:
-            fn(x)
-        except Exception as e:
-            tried.append(f"{'x'.join(map(str, size))} (eager itself raised {type(e).__name__}: {_first_line(e)})")
+        if not own.runs(fn, x, "x".join(map(str, size)), tried):
             continue
         xs.append(x)
         sizes.append(size)
@@ -280,7 +278,8 @@ def _run_sweep(run, fn, xs, shown, source, tried, free) -> str:
     skipped = f"; skipped {'; '.join(tried)}" if tried else ""
     backend = run.compile_backend()
     _compat.dynamo_reset()
-    cnt = cfn = None
+    cnt: Any = None
+    cfn: Any = None
     for x in xs:
         expected = fn(x)
         try:

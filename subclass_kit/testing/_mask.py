@@ -25,9 +25,13 @@ import torch
 
 from .. import _compat
 
-__all__ = ["plain_mask", "Reference", "reference", "masked_fn", "flat", "result_care", "MASK_HOOK"]
+__all__ = ["ShapeDependsError", "plain_mask", "Reference", "reference", "masked_fn", "flat", "result_care", "MASK_HOOK"]
 
 MASK_HOOK = "__plain_mask__"
+
+
+class ShapeDependsError(ValueError):
+    """The dense result's shape changes with the values at don't-care positions."""
 
 
 def plain_mask(t) -> torch.Tensor | None:
@@ -145,16 +149,22 @@ class Reference:
 
     def unjudged(self, result) -> int:
         """How many positions meaningful in ``result`` the reference cannot judge."""
+        return self.counts(result)[1]
+
+    def counts(self, result) -> tuple:
+        """``(judged, unjudged)``: meaningful positions of ``result``'s narrowed tensors that
+        the reference judges and that it cannot (``(0, 0)`` when nothing is narrowed)."""
         if self.judged is None:
-            return 0
-        total = 0
+            return 0, 0
+        good = bad = 0
         for r, j in zip(flat(result), self.judged):
             if not isinstance(j, torch.Tensor):
                 continue
-            care = plain_mask(r) if isinstance(r, torch.Tensor) else None
-            bad = ~j if care is None else (care & ~j)
-            total += int(bad.sum())
-        return total
+            care = plain_mask(r) if isinstance(r, torch.Tensor) and type(r) is not torch.Tensor else None
+            care = torch.ones_like(j) if care is None else care.expand(j.shape)
+            good += int((care & j).sum())
+            bad += int((care & ~j).sum())
+        return good, bad
 
 
 def result_care(result, judged) -> list | None:
@@ -185,7 +195,7 @@ def reference(call: Callable, inputs: list, masks: list, *, op=None, args=None) 
     input use its ``torch.masked`` counterpart.
 
     Raises:
-        ValueError: the shape of the reference depends on don't-care values.
+        ShapeDependsError: the shape of the reference depends on don't-care values.
     """
     expected = call(*inputs)
     if all(m is None for m in masks):
@@ -198,19 +208,26 @@ def reference(call: Callable, inputs: list, masks: list, *, op=None, args=None) 
     runs = []
     for sign in (1.0, -1.0):
         filled = [d if m is None or not isinstance(d, torch.Tensor) else _fill(d, m, sign) for d, m in zip(inputs, masks)]
-        runs.append(call(*filled))
+        try:
+            runs.append(call(*filled))
+        except Exception:
+            runs.append(None)  # the op refuses such values (indices out of range): judge nothing
     judged: list = []
     leaves = flat(expected)
-    others = [flat(r) for r in runs]
+    others = [None if r is None else flat(r) for r in runs]
     for i, e in enumerate(leaves):
         if not isinstance(e, torch.Tensor):
             judged.append(None)
             continue
         j = None
         for o in others:
-            s = _same(e, o[i] if i < len(o) else None)
+            s: torch.Tensor | None
+            if o is None:
+                s = torch.zeros(e.shape, dtype=torch.bool, device=e.device)
+            else:
+                s = _same(e, o[i] if i < len(o) else None)
             if s is None:
-                raise ValueError("the shape of the dense result depends on the input's don't-care values")
+                raise ShapeDependsError("the shape of the dense result depends on the input's don't-care values")
             j = s if j is None else (j & s)
         judged.append(None if j is None or bool(j.all()) else j)
     return Reference(expected, judged if any(j is not None for j in judged) else None)

@@ -70,8 +70,12 @@ def _fix(run, res: OpResult) -> str:
     if res.outcome == "error":
         return (f"raise NotImplementedError (UnsupportedOpError) from {run.name} for ops it does not support, "
                 "and fix the handler or fallback otherwise")
-    return (f"fix {run.name}'s handler for {res.op} (or the fallback that served it): it returns a result that "
-            "differs from the same op on to_plain()")
+    fix = (f"fix {run.name}'s handler for {res.op} (or the fallback that served it): it returns a result that "
+           "differs from the same op on to_plain()")
+    if not hasattr(run.cls, "__plain_mask__"):
+        fix += ("; if the positions that differ mean nothing in to_plain() (padding), declare the meaningful ones "
+                f"with {run.name}.__plain_mask__ (docs/checking.md)")
+    return fix
 
 
 def sweep_of(run) -> OpSweep:

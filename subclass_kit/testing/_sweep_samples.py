@@ -19,7 +19,7 @@ import torch
 
 from ._subject import flatten
 
-__all__ = ["HOOK", "free_dims", "sizes_of", "from_hook", "own_samples", "varied"]
+__all__ = ["HOOK", "free_dims", "sizes_of", "from_hook", "own_samples", "varied", "runs"]
 
 HOOK = "__dynamic_samples__"
 
@@ -98,7 +98,8 @@ def varied(xs, free) -> tuple:
     """``(varied, fixed)`` descriptions: outer dims and free inner dims that take more than
     one size across ``xs`` and those that keep one."""
     base = xs[0]
-    moved, kept = [], []
+    moved: list = []
+    kept: list = []
     for d in range(base.dim()):
         (moved if len({int(x.shape[d]) for x in xs}) > 1 else kept).append(f"dim {d}")
     for n, d in free or []:
@@ -111,6 +112,17 @@ def _first_line(e: BaseException) -> str:
     return (text.splitlines()[0] if text else type(e).__name__)[:120]
 
 
+def runs(fn, x, what: str, tried: list) -> bool:
+    """True when ``fn(x)`` runs eagerly; else the reason goes to ``tried`` (a size at which
+    eager itself fails is not the class's compile bug)."""
+    try:
+        fn(x)
+    except Exception as e:
+        tried.append(f"{what} (eager itself raised {type(e).__name__}: {_first_line(e)})")
+        return False
+    return True
+
+
 def from_hook(cls, base, fn, tries: int, tried: list) -> list:
     """Up to 3 instances from ``cls.__dynamic_samples__(base)`` that are instances of the
     class, run eagerly, and share one size pattern (dynamo's duck sizing and 0/1
@@ -121,12 +133,8 @@ def from_hook(cls, base, fn, tries: int, tried: list) -> list:
             got = f"a {type(x).__name__}" + (f" with {x.dim()} dims" if isinstance(x, torch.Tensor) else "")
             tried.append(f"instance {i} ({got}, expected a {type(base).__name__} with {base.dim()} dims)")
             continue
-        try:
-            fn(x)
-        except Exception as e:
-            tried.append(f"instance {i} (eager itself raised {type(e).__name__}: {_first_line(e)})")
-            continue
-        good.append(x)
+        if runs(fn, x, f"instance {i}", tried):
+            good.append(x)
     return _one_pattern(good, tried)
 
 

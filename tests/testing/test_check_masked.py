@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import symbolic
 from subclass_kit import WrapperTensor, inner
 from subclass_kit.testing import check_subclass, sweep_ops
 
@@ -88,7 +89,8 @@ def _seq_sum(x, values):
     return torch.zeros(x.shape[0], values.shape[1], dtype=values.dtype).index_add(0, seg, values)
 
 
-@Packed.implements(aten.add.Tensor, aten.mul.Tensor, aten.neg.default, aten.gelu.default, aten.ones_like.default)
+@Packed.implements(aten.add.Tensor, aten.mul.Tensor, aten.neg.default, aten.gelu.default, aten.ones_like.default,
+                    aten.rand_like.default)  # (random: compared by shape and dtype)
 def _pointwise(func, types, args, kwargs):
     x = next(a for a in args if isinstance(a, Packed))
     return x.like(func(*[_data(a) for a in args], **kwargs))
@@ -166,6 +168,7 @@ def test_mask_gives_no_false_fails_and_without_it_the_advice_names_the_hook():
     assert "torch.masked.mean" in rows["eager[torch.mean(*__op_args__)]"].message
     assert "torch.masked.softmax" in rows["eager[torch.nn.functional.softmax(*__op_args__)]"].message
     assert rows["backward.eager"].status == "pass" and "meaningful" in rows["backward.eager"].message
+    assert rows["eager[aten.rand_like.default(x)]"].status == "pass"
     # the same class without the hook: linear's bias, mean and softmax differ at padding
     report, rows = _rows(Unmasked, backends=(), only=["eager[torch", "eager[Tensor"])
     failed = {r.name for r in report.failures}
@@ -223,6 +226,26 @@ def test_sweep_without_the_hook_skips_and_builds_no_instance(monkeypatch):
     assert row.status == "skip" and "__dynamic_samples__" in row.message and "packed.size(0)" in row.message
 
 
+class Marked(Packed):
+    """packed declared (FREE, D): its first dim free, D derived."""
+
+    @classmethod
+    def __inner_shapes__(cls, outer_size, ctx):
+        return {"packed": (symbolic.FREE, outer_size[2]), "seq_offsets": (outer_size[0] + 1,)}
+
+
+def test_a_free_marker_is_a_free_dim():
+    if not hasattr(symbolic, "FREE"):
+        pytest.skip("symbolic.FREE is not in this tree yet")
+    from subclass_kit.testing._sweep_samples import free_dims
+
+    g = torch.Generator().manual_seed(0)
+    x = Marked.build([torch.randn(n, 4, generator=g) for n in (3, 5, 2)])
+    assert free_dims(x) == [("packed", 0)]
+    row = check_subclass(x, backends=("aot_eager",), only=["compile.dynamic_sweep"]).rows[0]
+    assert row.status == "skip" and "packed.size(0)" in row.message and "__dynamic_samples__" in row.message
+
+
 def test_row_names_are_unique():
     report = check_subclass(Packed, backends=(), only=["eager"])
     names = [r.name for r in report.rows]
@@ -239,6 +262,23 @@ def test_backward_row_names_the_ops_it_needs():
     assert rows["backward.eager"].status == "fail"
     assert "runs these aten ops on Packed: " in msg and "Packed lacks: aten.gelu_backward.default" in msg, msg
     assert "Fix: register handlers for aten.gelu_backward.default" in msg
+
+
+class BadGeluBackward(Packed):
+    """gelu's backward handler forgets gelu's derivative: it passes the gradient through."""
+
+
+@BadGeluBackward.implements(aten.gelu_backward.default)
+def _gelu_backward(func, types, args, kwargs):
+    return args[0].like(args[0].packed.clone())
+
+
+def test_a_wrong_gradient_at_meaningful_positions_fails_naming_the_backward_ops():
+    _, rows = _rows(BadGeluBackward, ops=[F.gelu], backends=(), only=["eager", "backward.eager"])
+    row = rows["backward.eager"]
+    assert row.status == "fail" and "values differ at 40 of 40 meaningful positions" in row.message, row.message
+    assert "ops this backward runs on BadGeluBackward (aten.ones_like.default, aten.gelu_backward.default" \
+        in row.message, row.message
 
 
 class FromPlain(Packed):
