@@ -168,7 +168,7 @@ MARKINGS = {"symbolic_inner": _mark_kit, "symbolic": _mark_symbolic, "torch": _m
 
 def _marks_free_dims(mark) -> bool:
     """Whether marking the outer dims reaches the FREE total-token dim (the marking rule of
-    docs/symbolic.md; until it exists, only ``inner=`` names it)."""
+    docs/symbolic.md, "Free dims under marking")."""
     x = JaggedTensor.__samples__()[0]
     mark(x)
     return 0 in symbolic.marks(x).inner.get("packed", {})
@@ -195,8 +195,7 @@ def _compiled_counts(build, mark, backend="aot_eager", *, backward=True):
 @pytest.mark.parametrize("marking", list(MARKINGS))
 def test_one_compile_for_a_batch_sweep(marking):
     mark = MARKINGS[marking]
-    if mark is not None and not _marks_free_dims(mark):
-        pytest.xfail("marking the outer dims does not reach the FREE total-token dim yet")
+    assert mark is None or _marks_free_dims(mark)
     want = 2 if marking == "automatic" else 1  # automatic: the first batch compiles static
     assert _compiled_counts(JaggedTensor.from_list, mark) == want
 
