@@ -178,3 +178,8 @@ def test_explain_prints_the_free_dim_note(monkeypatch, capsys):
     assert cli.main(["explain", "free_dims_prog:f", "free_dims_prog:INPUTS", "--dynamic", "false"]) == 0
     out = capsys.readouterr().out
     assert "note: x: L['x'].packed.size()[0] is free (FREE in Packed.__inner_shapes__) and unmarked" in out, out
+
+
+@pytest.mark.slow
+def test_one_inductor_graph_for_a_batch_sweep():
+    assert _sweep(lambda n: packed_batch(n)[0], "torch.mark_dynamic", backend="inductor", check=_check_vs_dense) == 1
