@@ -162,7 +162,7 @@ def test_class_handlers_are_right_per_sequence():
 
 
 def test_mask_gives_no_false_fails_and_without_it_the_advice_names_the_hook():
-    report, rows = _rows(Packed, only=["eager", "compile", "backward"])
+    report, rows = _rows(Packed, only=["protocol", "ctx", "eager", "compile", "backward", "copy"])
     assert report.ok, [r.message for r in report.failures]
     assert all(rows[n].status == "pass" for n in _TF_ROWS), {n: rows[n].message for n in _TF_ROWS}
     assert "torch.masked.mean" in rows["eager[torch.mean(*__op_args__)]"].message
