@@ -258,4 +258,8 @@ def test_opinfo_with_no_target_reports_coverage_for_every_exemplar():
     assert r.returncode == 0, r.stdout + r.stderr
     coverage = r.stdout.split("OpInfo coverage:\n", 1)[1]
     for name in names:
+        if name == "JaggedTensor":
+            # (B, max_len, D) only: neg's and mm's OpInfo samples are 2-D, refused by from_plain.
+            assert f"\n  {name}: 0 of 2 ops pass (0 wrong, 0 error, 0 timeout, 0 unsupported, 2 skip)" in "\n" + coverage
+            continue
         assert f"\n  {name}: 2 of 2 ops pass" in "\n" + coverage, (name, coverage)

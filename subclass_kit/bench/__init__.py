@@ -44,6 +44,7 @@ SUITES = (
     "_sharded_bench",
     "_tp_bench",
     "_boundary_bench",
+    "_jagged_bench",
 )
 
 #: Who an implementation belongs to; decides its colour and legend entry in the chart.

@@ -171,3 +171,17 @@ def test_boundary_suite_rows():
         assert "overhead_us" in by[("quantized model boundary", impl)]
     assert by[("compiled_call boundary", "floor")]["ratio"] == 1.0
     assert all(r["median_us"] > 0 for r in rows)
+
+
+def test_jagged_suite_rows_kit_beside_njt_and_dense():
+    from subclass_kit.bench import _jagged_bench as jagged_bench
+
+    rows = jagged_bench.run(quick=True)  # eager only; the full run adds inductor
+    by = {(r["group"], r["impl"]): r for r in rows}
+    assert {g for g, _ in by} == {"jagged eager forward", "jagged eager forward+backward"}
+    assert {i for g, i in by if g == "jagged eager forward"} == {"torch NJT", "kit JaggedTensor", "padded dense"}
+    # NJT's mean(dim=1) has no backward in torch 2.13: its absence is said in the row.
+    assert {i for g, i in by if g == "jagged eager forward+backward"} == {"kit JaggedTensor", "padded dense"}
+    assert all("no backward" in r["note"] for r in rows if r["group"].endswith("backward"))
+    assert by[("jagged eager forward", "torch NJT")]["ratio"] == 1.0
+    assert all(r["median_us"] > 0 for r in rows)

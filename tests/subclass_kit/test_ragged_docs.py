@@ -1,0 +1,34 @@
+"""docs/ragged.md: every ```python block runs, in order, in one namespace (issue 28).
+
+The namespace is a registered module, so the page's ``Ragged`` class is importable by its
+qualified name, as in a user's own module. A plain ``` block introduced by "prints" must
+equal what the python block before it printed.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import types
+
+import pytest
+
+from kit_helpers.docs import run_in_order
+
+DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "ragged.md"
+
+
+@pytest.fixture
+def doc_module():
+    mod = types.ModuleType("docs_ragged")
+    sys.modules[mod.__name__] = mod
+    try:
+        yield mod
+    finally:
+        del sys.modules[mod.__name__]
+
+
+def test_python_blocks_run_in_order(doc_module):
+    ns = doc_module.__dict__
+    assert run_in_order(DOC, ns) >= 6
+    assert ns["Ragged"].__module__ == "docs_ragged"
