@@ -35,7 +35,8 @@ from torch import nn
 
 from .. import collectives as _coll
 from ..compiling import is_compiling
-from .convert import distribute, from_local, redistribute, to_local
+from .convert import distribute, redistribute, to_local
+from .tensor import from_local_shape
 from .errors import MeshError, ParallelizeError
 from ._layout import chunk_size, chunk_start
 from .mesh import MeshLike, current_mesh, mesh_ref
@@ -113,7 +114,7 @@ def _to_sharded(x, ref, layout: Placement, desired: Placement, kind: str, name: 
             f"{kind} on {name!r}: {what} has {x.dim()} dims (shape {tuple(x.shape)}) but its layout "
             f"is {layout!r}; give the dim the input is sharded on."
         )
-    s = from_local(x, ref, [layout], shape=global_shape)
+    s = from_local_shape(x, ref, [layout], global_shape)
     return redistribute(s, ref, [_dim(desired, x.dim())]) if layout != _dim(desired, x.dim()) else s
 
 
@@ -159,11 +160,11 @@ def _local_lookup(module, ids, ref, p, coord):
             module.scale_grad_by_freq, module.sparse,
         )
         out = out.masked_fill(outside.unsqueeze(-1), 0.0)
-        return from_local(out, ref, [Partial()], shape=(*ids.shape, w.shape[1]))
+        return from_local_shape(out, ref, [Partial()], (*ids.shape, w.shape[1]))
     out = torch.nn.functional.embedding(
         ids, local_w, module.padding_idx, module.max_norm, module.norm_type, module.scale_grad_by_freq, module.sparse
     )
-    return from_local(out, ref, [Shard(out.dim() - 1)], shape=(*ids.shape, w.shape[1]))
+    return from_local_shape(out, ref, [Shard(out.dim() - 1)], (*ids.shape, w.shape[1]))
 
 
 def _embedding_forward(self, ids):
