@@ -59,7 +59,8 @@ def _make(name: str, init: Callable[..., torch.Tensor], size: tuple, *, random: 
     return out
 
 
-def zeros(*size, requires_grad: bool = False, dtype: torch.dtype | None = None, layout: torch.layout = torch.strided,
+def zeros(*size: int | Sequence[int], requires_grad: bool = False, dtype: torch.dtype | None = None,
+          layout: torch.layout = torch.strided,
           device_mesh: MeshLike | None = None, placements: Sequence[Placement] | None = None) -> ShardedTensor:
     """A ShardedTensor of zeros of global ``size``, as ``torch.distributed.tensor.zeros``.
 
@@ -86,7 +87,8 @@ def zeros(*size, requires_grad: bool = False, dtype: torch.dtype | None = None, 
                  requires_grad=requires_grad, device_mesh=device_mesh, placements=placements)
 
 
-def ones(*size, requires_grad: bool = False, dtype: torch.dtype | None = None, layout: torch.layout = torch.strided,
+def ones(*size: int | Sequence[int], requires_grad: bool = False, dtype: torch.dtype | None = None,
+          layout: torch.layout = torch.strided,
          device_mesh: MeshLike | None = None, placements: Sequence[Placement] | None = None) -> ShardedTensor:
     """A ShardedTensor of ones, as ``torch.distributed.tensor.ones`` (arguments as :func:`zeros`).
 
@@ -99,7 +101,8 @@ def ones(*size, requires_grad: bool = False, dtype: torch.dtype | None = None, l
                  requires_grad=requires_grad, device_mesh=device_mesh, placements=placements)
 
 
-def empty(*size, requires_grad: bool = False, dtype: torch.dtype | None = None, layout: torch.layout = torch.strided,
+def empty(*size: int | Sequence[int], requires_grad: bool = False, dtype: torch.dtype | None = None,
+          layout: torch.layout = torch.strided,
           device_mesh: MeshLike | None = None, placements: Sequence[Placement] | None = None) -> ShardedTensor:
     """An uninitialized ShardedTensor, as ``torch.distributed.tensor.empty`` (arguments as
     :func:`zeros`).
@@ -113,7 +116,7 @@ def empty(*size, requires_grad: bool = False, dtype: torch.dtype | None = None, 
                  requires_grad=requires_grad, device_mesh=device_mesh, placements=placements)
 
 
-def full(size: Sequence[int], fill_value, *, requires_grad: bool = False, dtype: torch.dtype | None = None,
+def full(size: Sequence[int], fill_value: float | int | bool, *, requires_grad: bool = False, dtype: torch.dtype | None = None,
          layout: torch.layout = torch.strided, device_mesh: MeshLike | None = None,
          placements: Sequence[Placement] | None = None) -> ShardedTensor:
     """A ShardedTensor filled with ``fill_value``, as ``torch.distributed.tensor.full``
@@ -128,7 +131,8 @@ def full(size: Sequence[int], fill_value, *, requires_grad: bool = False, dtype:
                  requires_grad=requires_grad, device_mesh=device_mesh, placements=placements, fill=fill_value)
 
 
-def rand(*size, requires_grad: bool = False, dtype: torch.dtype | None = None, layout: torch.layout = torch.strided,
+def rand(*size: int | Sequence[int], requires_grad: bool = False, dtype: torch.dtype | None = None,
+          layout: torch.layout = torch.strided,
          device_mesh: MeshLike | None = None, placements: Sequence[Placement] | None = None) -> ShardedTensor:
     """Uniform random values, as ``torch.distributed.tensor.rand`` (arguments as :func:`zeros`).
 
@@ -146,7 +150,8 @@ def rand(*size, requires_grad: bool = False, dtype: torch.dtype | None = None, l
                  requires_grad=requires_grad, device_mesh=device_mesh, placements=placements)
 
 
-def randn(*size, requires_grad: bool = False, dtype: torch.dtype | None = None, layout: torch.layout = torch.strided,
+def randn(*size: int | Sequence[int], requires_grad: bool = False, dtype: torch.dtype | None = None,
+          layout: torch.layout = torch.strided,
           device_mesh: MeshLike | None = None, placements: Sequence[Placement] | None = None) -> ShardedTensor:
     """Normal random values, as ``torch.distributed.tensor.randn`` (arguments as :func:`zeros`;
     the random stream as :func:`rand`'s).
