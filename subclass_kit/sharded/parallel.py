@@ -33,7 +33,6 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from .. import collectives as _coll
 from ..compiling import is_compiling
 from .convert import distribute, redistribute, to_local
 from .tensor import from_local_shape
@@ -126,15 +125,11 @@ def _finish(out, ref, layout: Placement, use_local: bool, kind: str, name: str):
             "computed from the sharded parameters."
         )
     layout = _dim(layout, out.dim())
-    if (
-        use_local and type(layout) is Shard and not is_compiling() and ref.size() > 1
-        and out.placements[0] == Partial("sum") and out.shape[layout.dim] % ref.size() == 0
-    ):
-        # Partial -> Shard handed out as a local: issue the reduce-scatter and return it
-        # pending (an AsyncCollectiveTensor), so the wait happens at the first use -- at the
-        # start of the next compiled region, as with DTensor's async redistribute.
-        local = to_local(out, [Replicate()])
-        return _coll.reduce_scatter_tensor_autograd(local, "sum", layout.dim, ref.group_names[0])
+    # A local output is handed out waited, never a pending AsyncCollectiveTensor (as
+    # DTensor's async redistribute leaves it): the next module is usually a compiled block
+    # that waits for it first thing anyway, and a pending input is another input type to
+    # dynamo -- torchtitan's llama plan compiled block 0 (fed by the embedding's pending
+    # reduce-scatter) as a graph of its own, apart from the blocks fed plain tensors.
     if out.placements != (layout,):
         out = redistribute(out, ref, [layout])
     return to_local(out) if use_local else out

@@ -256,6 +256,24 @@ def test_layer_norm_fwd_bwd(L):
             close(ln_dist.weight.grad.full_tensor(), ln_local.weight.grad)
             close(ln_dist.bias.grad.full_tensor(), ln_local.bias.grad)
         counts[f"{shard_dim},{norm_idx},{affine}"] = (fwd.total(), bwd.total())
+    # A (seq, emb) LayerNorm: the sequence or the embedding sharded; the affine parameters
+    # replicated or sharded on the embedding (issue 29's forward count).
+    for shard_dim, wp in itertools.product((0, 1), ("R", "S0")):
+        torch.manual_seed(0)
+        x, w, b = torch.randn(16, 12, requires_grad=True), torch.randn(12, requires_grad=True), torch.randn(12, requires_grad=True)
+        p = L.Replicate() if wp == "R" else L.Shard(0)
+        xd = L.distribute(x.detach(), mesh, [L.Shard(shard_dim)]).requires_grad_(True)
+        wd, bd = (L.distribute(t.detach(), mesh, [p]).requires_grad_(True) for t in (w, b))
+        with Comms() as fwd:
+            y_dist = F.layer_norm(xd, (12,), wd, bd)
+        with Comms() as bwd:
+            y_dist.sum().backward()
+        y = F.layer_norm(x, (12,), w, b)
+        y.sum().backward()
+        close(y_dist.full_tensor(), y)
+        for got, want in ((xd, x), (wd, w), (bd, b)):
+            close(got.grad.full_tensor(), want.grad)
+        counts[f"(seq, emb) S{shard_dim}, params {wp}"] = (fwd.total(), bwd.total())
     return counts
 
 

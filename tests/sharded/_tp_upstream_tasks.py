@@ -374,6 +374,10 @@ def test_prepare_module_output():
 
 def test_sequence_parallel_style():
     mesh, k = _mesh(), _k()
+    # Seeded (upstream's test base seeds every test): the parameters' gradients are sums over
+    # 20 x 16 rows, whose float32 rounding on some draws exceeds assert_close's tolerance when
+    # the world's earlier tasks leave the generator elsewhere.
+    torch.manual_seed(0)
     batch, n, dim = 20, 8, 12
     global_input = torch.rand(batch, n * k, dim, requires_grad=True)
     sharded_input = distribute(global_input, mesh, [Shard(1)])
