@@ -218,6 +218,8 @@ def _regroup_target(in_shape, out_shape, d, k):
         (0, 0)
         >>> _regroup_target((5, 2), (10,), 0, 2) is None, _regroup_target((3, 4), (12,), 1, 1) is None
         (True, True)
+        >>> _regroup_target((48, 35, 26), (24, 4, 35, 13), 0, 2), _regroup_target((4, 5), (1, 20), 0, 2)
+        (0, 1)
     """
     if any(type(s) is not int or s == 0 for s in (*in_shape, *out_shape)):
         return None
@@ -231,7 +233,8 @@ def _regroup_target(in_shape, out_shape, d, k):
             # them, which is rows [r*s/k, (r+1)*s/k) of e when k divides both sizes -- a
             # merge, a split, or a regrouping ((48, 35, 26) -> (24, 4, 35, 13)).
             s = out_shape[e]
-            return e if s != n and n % k == 0 and s % k == 0 else None
+            if s != n and n % k == 0 and s % k == 0:
+                return e  # (else a dim of size 1 may come first: look on)
     return None
 
 
