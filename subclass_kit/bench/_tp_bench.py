@@ -17,12 +17,11 @@ cache is off. Every row carries ``graphs``: how many graphs dynamo compiled. Rat
 the first DTensor variant that ran; where DTensor fails, its row has no ratio and says why
 (``error``).
 
-Why the kit compiles two graphs where DTensor (waited) compiles one: all blocks run the
-same code, so dynamo compiles it once and the other blocks reuse it -- unless an input's
-type differs. The kit hands block 0 the embedding's reduce-scatter pending (its local is an
-``AsyncCollectiveTensor``, so the wait opens block 0's graph); the other blocks get plain
-tensors. Block 0 therefore has a graph of its own. With the embedding waited, the kit
-compiles one graph too (the ``kit, embedding waited`` row).
+The kit hands block 0 the embedding's output waited (a plain tensor, as every later block's
+input), so its default plan compiles one graph for all blocks, as DTensor with the embedding
+waited; the ``kit, embedding waited`` row is kept as the check that the wait costs nothing
+more. (Until issue 29 the kit handed block 0 the embedding's reduce-scatter pending, an
+``AsyncCollectiveTensor``: another input type to dynamo, so block 0 had a graph of its own.)
 """
 
 from __future__ import annotations

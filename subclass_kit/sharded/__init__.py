@@ -14,10 +14,21 @@ Example (one rank, no process group needed):
 
 from . import _ops  # noqa: F401  (registers the op table)
 from .convert import distribute as distribute
+from .factories import (
+    empty as empty,
+    full as full,
+    ones as ones,
+    rand as rand,
+    randn as randn,
+    zeros as zeros,
+)
+from .module import distribute_module as distribute_module
 from .errors import (
     MeshError as MeshError,
     ParallelizeError as ParallelizeError,
     PlacementError as PlacementError,
+    ShapeStrideError as ShapeStrideError,
+    ShardMetadataError as ShardMetadataError,
     ShardShapeError as ShardShapeError,
     UnsupportedOpError as UnsupportedOpError,
 )
@@ -55,6 +66,13 @@ __all__ = [
     "Partial",
     "Placement",
     "distribute",
+    "distribute_module",
+    "zeros",
+    "ones",
+    "empty",
+    "full",
+    "rand",
+    "randn",
     "parallelize",
     "ColwiseParallel",
     "RowwiseParallel",
@@ -70,6 +88,8 @@ __all__ = [
     "current_mesh",
     "PlacementError",
     "ShardShapeError",
+    "ShapeStrideError",
+    "ShardMetadataError",
     "MeshError",
     "ParallelizeError",
     "UnsupportedOpError",

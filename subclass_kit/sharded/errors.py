@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from ..errors import SubclassKitError, UnsupportedOpError
 
-__all__ = ["PlacementError", "ShardShapeError", "MeshError", "ParallelizeError", "UnsupportedOpError"]
+__all__ = ["PlacementError", "ShardShapeError", "ShapeStrideError", "ShardMetadataError", "MeshError",
+           "ParallelizeError", "UnsupportedOpError"]
 
 
 class PlacementError(SubclassKitError, ValueError):
@@ -14,6 +15,15 @@ class PlacementError(SubclassKitError, ValueError):
 
 class ShardShapeError(SubclassKitError, ValueError):
     """A local shard's shape contradicts the global shape and placements it is said to have."""
+
+
+class ShapeStrideError(ShardShapeError, RuntimeError):
+    """``from_local`` got a global ``shape=`` without its ``stride=`` or the reverse (torch
+    raises a RuntimeError there; this is both)."""
+
+
+class ShardMetadataError(ShardShapeError):
+    """``from_local(run_check=True)``: the ranks' shards differ in dtype or requires_grad."""
 
 
 class MeshError(SubclassKitError, ValueError):

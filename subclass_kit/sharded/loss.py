@@ -24,7 +24,8 @@ from .. import collectives as _coll
 from .. import _compat
 from ..ctx import ctx_of
 from ._comm import waited
-from .convert import from_local, redistribute, to_local
+from .convert import redistribute, to_local
+from .tensor import from_local_shape
 from .errors import PlacementError
 from ._layout import chunk_size, chunk_start
 from .placements import Partial, Placement, Replicate, Shard, render
@@ -70,9 +71,10 @@ def vocab_parallel_cross_entropy(
         ignore_index, reduction: as ``F.cross_entropy``; ``"mean"`` on a 1-D mesh only.
 
     Returns:
-        The loss: a plain tensor when it is the same on every rank (always on a 1-D mesh);
-        otherwise a ShardedTensor with torch's placements (``"none"``: the target's;
-        ``"sum"``: ``Partial('sum')`` on the mesh dims that shard the batch).
+        ``"none"``: a ShardedTensor laid out as the target (``Replicate()`` on a 1-D mesh), as
+        torch's. ``"mean"``/``"sum"``: a plain tensor when it is the same on every rank (always
+        on a 1-D mesh); otherwise a ShardedTensor with torch's placements (``"sum"``:
+        ``Partial('sum')`` on the mesh dims that shard the batch).
 
     Raises:
         PlacementError: (a ValueError) the class dim is not sharded on exactly one mesh
@@ -186,14 +188,16 @@ def _vocab_ce(input, target, weight, ignore_index: int, reduction: str):
     w = valid.to(loss.dtype) if weight is None else weight[target.masked_fill(~valid, 0)] * valid
     loss = loss * w
     if reduction == "none":
-        out, placements, shape = loss, target_pl, target_shape
-    elif reduction == "sum":
+        # Per-token losses: a ShardedTensor laid out as the target, Replicate ones included
+        # (as torch's loss_parallel; the caller reduces it further).
+        return from_local_shape(loss, c.mesh, target_pl, target_shape)
+    if reduction == "sum":
         out, placements, shape = loss.sum(), sum_pl, ()
     else:
         return loss.sum() / w.sum()
     if all(type(p) is Replicate for p in placements):
         return out  # the same on every rank: a plain tensor
-    return from_local(out, c.mesh, placements, shape=shape)
+    return from_local_shape(out, c.mesh, placements, shape)
 
 
 def _cross_entropy(input, target, weight=None, size_average=None, ignore_index=-100, reduce=None,

@@ -33,9 +33,9 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from .. import collectives as _coll
 from ..compiling import is_compiling
-from .convert import distribute, from_local, redistribute, to_local
+from .convert import distribute, redistribute, to_local
+from .tensor import from_local_shape
 from .errors import MeshError, ParallelizeError
 from ._layout import chunk_size, chunk_start
 from .mesh import MeshLike, current_mesh, mesh_ref
@@ -113,7 +113,7 @@ def _to_sharded(x, ref, layout: Placement, desired: Placement, kind: str, name: 
             f"{kind} on {name!r}: {what} has {x.dim()} dims (shape {tuple(x.shape)}) but its layout "
             f"is {layout!r}; give the dim the input is sharded on."
         )
-    s = from_local(x, ref, [layout], shape=global_shape)
+    s = from_local_shape(x, ref, [layout], global_shape)
     return redistribute(s, ref, [_dim(desired, x.dim())]) if layout != _dim(desired, x.dim()) else s
 
 
@@ -125,15 +125,11 @@ def _finish(out, ref, layout: Placement, use_local: bool, kind: str, name: str):
             "computed from the sharded parameters."
         )
     layout = _dim(layout, out.dim())
-    if (
-        use_local and type(layout) is Shard and not is_compiling() and ref.size() > 1
-        and out.placements[0] == Partial("sum") and out.shape[layout.dim] % ref.size() == 0
-    ):
-        # Partial -> Shard handed out as a local: issue the reduce-scatter and return it
-        # pending (an AsyncCollectiveTensor), so the wait happens at the first use -- at the
-        # start of the next compiled region, as with DTensor's async redistribute.
-        local = to_local(out, [Replicate()])
-        return _coll.reduce_scatter_tensor_autograd(local, "sum", layout.dim, ref.group_names[0])
+    # A local output is handed out waited, never a pending AsyncCollectiveTensor (as
+    # DTensor's async redistribute leaves it): the next module is usually a compiled block
+    # that waits for it first thing anyway, and a pending input is another input type to
+    # dynamo -- torchtitan's llama plan compiled block 0 (fed by the embedding's pending
+    # reduce-scatter) as a graph of its own, apart from the blocks fed plain tensors.
     if out.placements != (layout,):
         out = redistribute(out, ref, [layout])
     return to_local(out) if use_local else out
@@ -159,11 +155,11 @@ def _local_lookup(module, ids, ref, p, coord):
             module.scale_grad_by_freq, module.sparse,
         )
         out = out.masked_fill(outside.unsqueeze(-1), 0.0)
-        return from_local(out, ref, [Partial()], shape=(*ids.shape, w.shape[1]))
+        return from_local_shape(out, ref, [Partial()], (*ids.shape, w.shape[1]))
     out = torch.nn.functional.embedding(
         ids, local_w, module.padding_idx, module.max_norm, module.norm_type, module.scale_grad_by_freq, module.sparse
     )
-    return from_local(out, ref, [Shard(out.dim() - 1)], shape=(*ids.shape, w.shape[1]))
+    return from_local_shape(out, ref, [Shard(out.dim() - 1)], (*ids.shape, w.shape[1]))
 
 
 def _embedding_forward(self, ids):

@@ -14,7 +14,7 @@ from ..compiling import is_compiling
 from ..ctx import SubclassCtx, ctx_of
 from ..fields import inner, meta, state
 from ._comm import waited
-from .errors import MeshError, ShardShapeError
+from .errors import MeshError, ShapeStrideError, ShardMetadataError, ShardShapeError
 from ._layout import contiguous_strides, even_global_shape, local_shape
 from .mesh import LAYOUTS_SEEN, MeshLike, MeshRef, mesh_ref
 from .placements import Partial, Placement, Replicate, Shard, _StridedShard, normalize_placements, render
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
 __all__ = ["ShardedTensor", "wrap", "wrap_out_spec", "out_spec", "Out", "spec", "placements_of", "from_local", "to_local",
-           "redistribute"]
+           "redistribute", "from_local_shape", "ambient_mesh"]
 
 
 class ShardedTensor(WrapperTensor):
@@ -101,25 +101,31 @@ class ShardedTensor(WrapperTensor):
     # ---- conversions (implemented at the end of this module) ---------------------------
     @classmethod
     def from_local(
-        cls, local: torch.Tensor, mesh: MeshLike, placements: Sequence[Placement], *,
+        cls, local: torch.Tensor, mesh: MeshLike | None = None, placements: Sequence[Placement] | None = None, *,
         shape: Sequence[int] | None = None, stride: Sequence[int] | None = None, run_check: bool = False,
     ) -> "ShardedTensor":
         """Make a ShardedTensor from this rank's shard (differentiable; no communication).
 
         Args:
             local: this rank's shard.
-            mesh: a torch ``DeviceMesh`` (or a ``MeshRef``).
+            mesh: a torch ``DeviceMesh`` (or a ``MeshRef``); None: the mesh of the innermost
+                ``with mesh:`` block, as torch's.
             placements: one ``Shard(d)``/``_StridedShard(d, split_factor=)``/``Replicate()``/
-                ``Partial(op)`` per mesh dim (two mesh dims may shard one tensor dim: see
-                docs/sharded.md, "Layouts").
-            shape, stride: the global shape and stride; by default every shard is assumed to
-                have ``local``'s shape (even sharding). Pass ``shape`` for uneven shards.
-                On a rank outside the mesh the local is replaced by an empty one, as torch's.
-            run_check: check with collectives that the shards fit together (shapes agree,
-                replicas are equal); eager only.
+                ``Partial(op)`` per mesh dim (default: Replicate on every mesh dim; two mesh
+                dims may shard one tensor dim: see docs/sharded.md, "Layouts").
+            shape, stride: the global shape and stride, both or neither (as torch); by default
+                every shard is assumed to have ``local``'s shape (even sharding). Pass them for
+                uneven shards. On a rank outside the mesh the local is replaced by an empty
+                one, as torch's.
+            run_check: check with collectives that the shards fit together (shapes, dtypes and
+                requires_grad agree, replicas are equal); eager only.
 
         Raises:
             PlacementError, ShardShapeError: placements or shapes that do not fit.
+            ShapeStrideError: ``shape=`` without ``stride=`` or the reverse (a RuntimeError too).
+            ShardMetadataError: ``run_check``: another rank's shard has another dtype or
+                requires_grad.
+            MeshError: no mesh given outside a ``with mesh:`` block.
 
         Example:
             >>> import torch
@@ -483,15 +489,30 @@ def _check_local_shape(local, shape, pl, ref: MeshRef, coord) -> None:
             _compat.sym_check(g == e, lambda d=d, e=e, g=g: f"ShardedTensor.from_local: local dim {d} is {g}, expected {e}")
 
 
+#: A stable number per dtype (the same in every process), for run_check's metadata gather.
+_DTYPES = sorted({str(v) for v in vars(torch).values() if isinstance(v, torch.dtype)})
+
+
 def _run_check(local, ref: MeshRef, pl, coord, shape) -> None:
+    mine = [_DTYPES.index(str(local.dtype)), int(local.requires_grad)]
     for i, name in enumerate(ref.group_names):
         k = ref.shape[i]
         if k == 1:
             continue
-        sizes = torch.tensor([int(s) for s in local.shape], dtype=torch.int64)
+        sizes = torch.tensor([*mine, *(int(s) for s in local.shape)], dtype=torch.int64)
         got = waited(_coll.all_gather_tensor(sizes, 0, name)).reshape(k, -1).tolist()
         for c in range(k):
             other = coord[:i] + (c,) + coord[i + 1:]
+            (dt, rg), got[c] = got[c][:2], got[c][2:]
+            if [dt, rg] != mine:
+                field, theirs, ours = (("dtype", _DTYPES[dt], local.dtype) if dt != mine[0]
+                                       else ("requires_grad", bool(rg), local.requires_grad))
+                raise ShardMetadataError(
+                    f"ShardedTensor.from_local(run_check=True): the rank at coordinate {other} holds a "
+                    f"local tensor with {field}={theirs}, this rank's (coordinate {coord}) has "
+                    f"{field}={ours}. Every rank's shard must have the same dtype and requires_grad; "
+                    "convert them alike (e.g. .to(dtype), .requires_grad_()) before from_local."
+                )
             want = list(local_shape(shape, pl, ref.shape, other))
             if got[c] != want:
                 raise ShardShapeError(
@@ -640,10 +661,37 @@ def _redistribute(x, ref, placements, async_op=False):
 
 
 # ---- public -------------------------------------------------------------------------------
-def from_local(local, mesh, placements, *, shape=None, stride=None, run_check=False) -> ShardedTensor:
+def from_local(local, mesh, placements=None, *, shape=None, stride=None, run_check=False) -> ShardedTensor:
     """See :meth:`ShardedTensor.from_local`."""
+    if (shape is None) != (stride is None):
+        raise ShapeStrideError(
+            f"ShardedTensor.from_local: got shape={shape} and stride={stride}; pass both shape= and "
+            "stride= (the global tensor's, the same on every rank) or neither, as torch's "
+            "DTensor.from_local requires."
+        )
+    ref = ambient_mesh(mesh, "ShardedTensor.from_local")
+    if placements is None:
+        placements = [Replicate()] * ref.ndim
+    return from_local_shape(local, ref, placements, shape, stride, run_check)
+
+
+def from_local_shape(local, mesh, placements, shape=None, stride=None, run_check=False) -> ShardedTensor:
+    """``from_local`` for the kit's own callers: ``shape`` alone is allowed (the stride then
+    follows the local's layout)."""
     return _from_local(local, mesh_ref(mesh), list(placements) if isinstance(placements, (list, tuple)) else placements,
                        None if shape is None else tuple(shape), None if stride is None else tuple(stride), run_check)
+
+
+def ambient_mesh(mesh, where: str) -> MeshRef:
+    """``mesh``'s MeshRef, or the innermost ``with mesh:`` block's when ``mesh`` is None."""
+    if mesh is None:
+        mesh = _compat.current_device_mesh()
+        if mesh is None:
+            raise MeshError(
+                f"{where}: no mesh given and no `with mesh:` block is active; pass the DeviceMesh "
+                "or call inside `with mesh:`."
+            )
+    return mesh_ref(mesh)
 
 
 def to_local(x, grad_placements=None) -> torch.Tensor:

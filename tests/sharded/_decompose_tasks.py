@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from subclass_kit.sharded import Replicate, Shard, ShardedTensor
+from sharded._meshes import strides as _strides
 
 aten = torch.ops.aten
 
@@ -47,7 +48,7 @@ def values_and_paths() -> dict:
         want = fn(*dense)
         for label, pl in (("R", Replicate()), ("S", Shard(0))):
             xs = [ShardedTensor.from_local(d.chunk(2)[dist.get_rank()] if label == "S" else d, mesh, [pl],
-                                           shape=d.shape) for d in dense]
+                                           shape=d.shape, stride=_strides(d.shape)) for d in dense]
             with _Seen() as seen:
                 got = fn(*xs)
             full = got.full_tensor()

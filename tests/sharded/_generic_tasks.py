@@ -91,8 +91,12 @@ def writes() -> dict:
     res["zero_ partial"] = repr(p.placements)
     # Changing a shape in place is refused by name.
     x = distribute(D, mesh, [Shard(0)])
+    x.as_strided_((4, 6), (6, 1))  # regroups the rows, the mesh divides both sizes: stays in place
+    close(x.full_tensor(), D.reshape(4, 6))
+    res["as_strided_ regroup"] = repr(x.placements)
+    x = distribute(D, mesh, [Shard(0)])
     try:
-        x.as_strided_((4, 6), (6, 1))  # its out-of-place form gathers a shard: no in-place view
+        x.as_strided_((3, 8), (8, 1))  # its out-of-place form gathers a shard: no in-place view
         res["as_strided_"] = "ok"
     except UnsupportedOpError as e:
         res["as_strided_"] = "raises" if "as_strided_" in str(e) and "moves data" in str(e) else str(e)

@@ -16,6 +16,7 @@ from subclass_kit.sharded import Partial, Shard, ShardedTensor, distribute
 from subclass_kit.sharded._ops.generic import gathered_ops
 
 from sharded._tp_upstream_tasks import Comms
+from sharded._meshes import strides as _strides
 
 close = torch.testing.assert_close
 
@@ -96,7 +97,7 @@ def eager(names=None) -> dict:
         (ref * w).sum().backward()
         for pl in (Shard(kept), Shard(along), Partial("sum")):
             if pl.is_partial():  # an addend per rank (halves: exact in float64)
-                x = ShardedTensor.from_local(D / dist.get_world_size(), mesh, [pl], shape=D.shape)
+                x = ShardedTensor.from_local(D / dist.get_world_size(), mesh, [pl], shape=D.shape, stride=_strides(D.shape))
             else:
                 x = distribute(D, mesh, [pl])
             x.requires_grad_(True)
@@ -244,7 +245,7 @@ def movers(backend: str = "aot_eager") -> dict:
         (ref * w).sum().backward()
         for op in ("sum", "max"):
             local = D / n if op == "sum" else (D if rank == (1 if n > 1 else 0) else D - below)
-            x = ShardedTensor.from_local(local, mesh, [Partial(op)], shape=D.shape)
+            x = ShardedTensor.from_local(local, mesh, [Partial(op)], shape=D.shape, stride=_strides(D.shape))
             x.requires_grad_(op == "sum")
             with Comms() as comms:
                 y = fn(x)
@@ -266,7 +267,7 @@ def movers(backend: str = "aot_eager") -> dict:
     (ref * w).sum().backward()
     torch._dynamo.reset()
     cnt = CompileCounterWithBackend(backend)
-    x = ShardedTensor.from_local(D / n, mesh, [Partial("sum")], shape=D.shape).requires_grad_(True)
+    x = ShardedTensor.from_local(D / n, mesh, [Partial("sum")], shape=D.shape, stride=_strides(D.shape)).requires_grad_(True)
     y = torch.compile(_movers_chain, backend=cnt, fullgraph=True)(x)
     close(y.full_tensor(), ref.detach(), msg="compiled chain")
     (y * w).sum().backward()

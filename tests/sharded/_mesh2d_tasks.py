@@ -20,6 +20,7 @@ from subclass_kit.sharded import Partial, Replicate, Shard, ShardedTensor, distr
 from subclass_kit.sharded._ops.generic import gathered_ops
 
 from sharded._tp_upstream_tasks import Comms
+from sharded._meshes import strides as _strides
 
 close = torch.testing.assert_close
 R, P = Replicate(), Partial("sum")
@@ -44,10 +45,10 @@ def place(D: torch.Tensor, pls) -> ShardedTensor:
     x = distribute(D, m, [R if p.is_partial() else p for p in pls])
     k = math.prod(m.shape[i] for i, p in enumerate(pls) if p.is_partial() and p.op == "sum")
     if k == 1 and any(p.is_partial() for p in pls):
-        return ShardedTensor.from_local(x.to_local(), m, list(pls), shape=D.shape)
+        return ShardedTensor.from_local(x.to_local(), m, list(pls), shape=D.shape, stride=_strides(D.shape))
     if k == 1:
         return x
-    return ShardedTensor.from_local(x.to_local() / k, m, list(pls), shape=D.shape)
+    return ShardedTensor.from_local(x.to_local() / k, m, list(pls), shape=D.shape, stride=_strides(D.shape))
 
 
 def _pl(t) -> str:

@@ -18,6 +18,7 @@ from subclass_kit.sharded import Partial, Replicate, Shard, ShardedTensor, distr
 from subclass_kit.sharded._ops.generic import gathered_ops
 
 from sharded._tp_upstream_tasks import Comms
+from sharded._meshes import strides as _strides
 
 close = torch.testing.assert_close
 S0, S1, S2, R, P = Shard(0), Shard(1), Shard(2), Replicate(), Partial("sum")
@@ -231,7 +232,7 @@ PLACEMENTS = {
 
 def _place(t, mesh, p):
     if p.is_partial():  # an addend per rank (halves: exact in float64)
-        return ShardedTensor.from_local(t / dist.get_world_size(), mesh, [p], shape=t.shape)
+        return ShardedTensor.from_local(t / dist.get_world_size(), mesh, [p], shape=t.shape, stride=_strides(t.shape))
     return distribute(t, mesh, [p])
 
 

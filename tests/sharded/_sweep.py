@@ -37,6 +37,7 @@ import torch.distributed as dist
 
 from subclass_kit import pytree
 from subclass_kit.testing.opinfo import opinfo_ops, sweep_op, sweep_ops
+from sharded._meshes import strides as _strides
 
 __all__ = ["op_names", "sweep", "time_ops"]
 
@@ -95,7 +96,7 @@ def _lay_out_fn(impl_name: str, mesh, layout: str):
 
     def local(t, pl, d):
         kw = {"stride": torch.empty(t.shape, device="meta").stride()} if "stride" in extra else {}
-        x = cls.from_local(d, mesh, [pl], shape=tuple(t.shape), **kw)
+        x = cls.from_local(d, mesh, [pl], shape=tuple(t.shape), stride=_strides(tuple(t.shape)), **kw)
         _HELD[id(x)] = (x, t.clone())
         return x
 

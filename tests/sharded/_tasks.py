@@ -25,6 +25,7 @@ from subclass_kit.sharded import (
     distribute,
     parallelize,
 )
+from sharded._meshes import strides as _strides
 
 close = torch.testing.assert_close
 
@@ -74,7 +75,7 @@ def values() -> dict:
             x = distribute(d, mesh, [pl])
             close(x.full_tensor(), d)
             close(x.to_local(), _expected_local(d, pl, mesh))
-            y = ShardedTensor.from_local(_expected_local(d, pl, mesh).clone(), mesh, [pl], shape=shape, run_check=True)
+            y = ShardedTensor.from_local(_expected_local(d, pl, mesh).clone(), mesh, [pl], shape=shape, stride=_strides(shape), run_check=True)
             close(y.full_tensor(), d)
         # Every transition between placements (Partial sources built from operands).
         sources = {repr(p): (lambda p=p: distribute(d, mesh, [p])) for p in (Shard(0), Shard(1), Replicate())}
@@ -211,7 +212,7 @@ def _autograd(mesh, g) -> dict:
     # from_local/to_local: the local's gradient is this rank's part of the dense gradient.
     k, r = dist.get_world_size(), dist.get_rank()
     loc = list(a.chunk(k, 0))[r].clone().requires_grad_(True)
-    y = ShardedTensor.from_local(loc, mesh, [Shard(0)], shape=a.shape)
+    y = ShardedTensor.from_local(loc, mesh, [Shard(0)], shape=a.shape, stride=_strides(a.shape))
     (y * y).sum().full_tensor().backward()
     close(loc.grad, 2 * loc.detach())
     return {"a.grad": repr(sa.grad.placements[0]), "b.grad": repr(sb.grad.placements[0])}
@@ -224,7 +225,7 @@ def _errors(mesh) -> dict:
     # 7 rows over k ranks: the last rank's shard is smaller; pass the first rank's size on all.
     rows = list(torch.zeros(7, 2).chunk(k))[0].shape[0]
     try:
-        ShardedTensor.from_local(torch.zeros(rows, 2), mesh, [Shard(0)], shape=(7, 2))
+        ShardedTensor.from_local(torch.zeros(rows, 2), mesh, [Shard(0)], shape=(7, 2), stride=_strides((7, 2)))
         out["inconsistent"] = "ok"
     except ShardShapeError as e:
         out["inconsistent"] = str(e)
@@ -342,7 +343,7 @@ def compiled() -> dict:
     close(b.grad.full_tensor(), db.grad)
 
     def convert(x):
-        s = ShardedTensor.from_local(x, mesh, [Shard(0)], shape=(7, 3))
+        s = ShardedTensor.from_local(x, mesh, [Shard(0)], shape=(7, 3), stride=_strides((7, 3)))
         t = (s * 2 + 1).redistribute(mesh, [Replicate()])
         return t.to_local().sum(0), s.sum(0).full_tensor(), s.t()
 

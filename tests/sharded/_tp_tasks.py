@@ -34,6 +34,7 @@ from subclass_kit.sharded import (
 )
 
 from sharded._tasks import _Record
+from sharded._meshes import strides as _strides
 
 close = torch.testing.assert_close
 _EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "tp_llama.py"
@@ -458,9 +459,9 @@ def transformer_scenario(seq_parallel: bool, backend: str, steps: int = 3, dropo
             local_tokens, local_labels = tokens.chunk(n_dp)[r_dp], labels.chunk(n_dp)[r_dp]
             logits = tp(local_tokens)
             lifted = ShardedTensor.from_local(logits.to_local(), mesh2d, [Shard(0), Shard(2)],
-                                              shape=(tokens.shape[0], *logits.shape[1:]))
+                                              shape=(tokens.shape[0], *logits.shape[1:]), stride=_strides((tokens.shape[0], *logits.shape[1:])))
             target = ShardedTensor.from_local(local_labels.flatten(), mesh2d, [Shard(0), Replicate()],
-                                              shape=(labels.numel(),))
+                                              shape=(labels.numel(),), stride=_strides((labels.numel(),)))
             with loss_parallel():
                 summed = F.cross_entropy(lifted.flatten(0, 1), target, weight, reduction="sum")
                 assert summed.placements == (Partial("sum"), Replicate()), summed.placements

@@ -33,6 +33,7 @@ def test_inplace_and_out_writes_reach_the_shards():
     assert r["mv out= Shard(0)"] == "(Shard(0),)"
     assert r["zero_ partial"] == "(Partial('sum'),)"
     assert r["as_strided_"] == "raises" and r["mv out= resize"] == "raises"
+    assert r["as_strided_ regroup"] == "(Shard(0),)"
 
 
 def test_inplace_views_of_shards_take_the_out_of_place_placements():

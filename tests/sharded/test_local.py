@@ -34,6 +34,7 @@ from subclass_kit.sharded import (
 from subclass_kit.testing import check_subclass
 
 from sharded._meshes import fake_mesh
+from sharded._meshes import strides as _strides
 
 LOCAL = MeshRef.local()
 
@@ -47,12 +48,12 @@ def _msg(exc_type, fn) -> str:
 def test_from_local_bad_input_names_the_tensor_and_the_fix():
     m2 = fake_mesh(2)  # this process is rank 0 of it: coordinate (0,)
     local = torch.zeros(3, 4)
-    assert_expected_inline(_msg(ShardShapeError, lambda: ShardedTensor.from_local(local, m2, [Shard(0)], shape=(8, 4))), """\
+    assert_expected_inline(_msg(ShardShapeError, lambda: ShardedTensor.from_local(local, m2, [Shard(0)], shape=(8, 4), stride=_strides((8, 4)))), """\
 ShardedTensor.from_local: the local tensor (shape (3, 4)) is not this rank's shard of a global tensor of shape (8, 4) with placements (Shard(0),) at mesh coordinate (0,) of a (2,) mesh: expected local shape (4, 4); dim 0 (size 8) is split over 2 ranks of mesh dim 0 as torch.chunk does, so coordinate 0 holds 4, not 3. Pass shape= with the true global shape (the same on every rank), or fix the local tensor.""")
     assert "dim 1 is not sharded, so the local size must be the global 5, not 4" in _msg(
-        ShardShapeError, lambda: ShardedTensor.from_local(local, m2, [Shard(0)], shape=(6, 5)))
+        ShardShapeError, lambda: ShardedTensor.from_local(local, m2, [Shard(0)], shape=(6, 5), stride=_strides((6, 5))))
     assert "has 3 dims but the local tensor has 2" in _msg(
-        ShardShapeError, lambda: ShardedTensor.from_local(local, m2, [Shard(0)], shape=(6, 4, 1)))
+        ShardShapeError, lambda: ShardedTensor.from_local(local, m2, [Shard(0)], shape=(6, 4, 1), stride=_strides((6, 4, 1))))
     assert_expected_inline(_msg(PlacementError, lambda: ShardedTensor.from_local(local, m2, [Shard(0), Replicate()])), """\
 ShardedTensor.from_local: got 2 placements (Shard(0), Replicate()) for a 1-D mesh; pass exactly one placement per mesh dimension (1).""")
     assert_expected_inline(_msg(PlacementError, lambda: ShardedTensor.from_local(local, m2, [Shard(-3)])), """\
@@ -61,7 +62,7 @@ ShardedTensor.from_local: placements[0] = Shard(-3) is out of range for a 2-D te
         TypeError, lambda: ShardedTensor.from_local(ShardedTensor.from_local(local, m2, [Shard(0)]), m2, [Shard(0)]))
     assert "expected a torch DeviceMesh" in _msg(MeshError, lambda: ShardedTensor.from_local(local, "mesh", [Shard(0)]))
     # Uneven shards are fine when shape= says so: rank 0 of 2 holds 3 of 5 rows.
-    x = ShardedTensor.from_local(local, m2, [Shard(0)], shape=(5, 4))
+    x = ShardedTensor.from_local(local, m2, [Shard(0)], shape=(5, 4), stride=_strides((5, 4)))
     assert x.shape == (5, 4) and x.to_local().shape == (3, 4)
     # Without shape=, every shard is assumed to have the local shape.
     assert ShardedTensor.from_local(local, m2, [Shard(1)]).shape == (3, 8)
@@ -373,8 +374,8 @@ def test_a_batch_sharded_mean_loss_over_one_rank_is_the_local_mean():
         torch.testing.assert_close(x.grad.full_tensor(), d.grad)
     for mesh, sharded in ((LOCAL, False), (fake_mesh(2), True)):
         rows = 8 // len(mesh.ranks)
-        logp = ShardedTensor.from_local(torch.randn(rows, 5), mesh, [Shard(0)], shape=(8, 5))
-        t = ShardedTensor.from_local(torch.zeros(rows, dtype=torch.long), mesh, [Shard(0)], shape=(8,))
+        logp = ShardedTensor.from_local(torch.randn(rows, 5), mesh, [Shard(0)], shape=(8, 5), stride=_strides((8, 5)))
+        t = ShardedTensor.from_local(torch.zeros(rows, dtype=torch.long), mesh, [Shard(0)], shape=(8,), stride=_strides((8,)))
         plan = nll._plan(aten.nll_loss_forward.default, (logp, t, None, 1, -100), {})
         assert plan[5] is sharded and plan[6] is not None  # the sharded flag, the fast path
 

@@ -2,7 +2,8 @@
 (``rand_like`` and the other random ones are in ``random``: they draw as the dense op does.)
 
 A fresh value is whole on every rank, so a result is never Partial: ``zeros_like`` of a
-Partial tensor is Replicate. ``new_*`` with the tensor's own global shape keeps its
+Partial tensor is Replicate (``empty_like(t, device=)``, as ``nn.Module.to_empty`` runs it,
+keeps the Partial). ``new_*`` with the tensor's own global shape keeps its
 shards; any other shape is replicated (its local is the whole tensor).
 """
 
@@ -34,7 +35,12 @@ def like_factory(func, types, args, kwargs):
 
 def _like_decide(func, args, kwargs):
     mesh, pl, coord = spec(args[0])
-    pl = _no_partial(pl)
+    if func is not aten.empty_like.default or "device" not in kwargs:
+        # An uninitialized result can be laid out anyhow: ``empty_like(t, device=)``, what
+        # nn.Module.to_empty runs, keeps a Partial parameter Partial (as DTensor); a scratch
+        # tensor on the same device (dropout's mask, filled next) is Replicate, so filling it
+        # and using it as a factor of a Partial costs nothing.
+        pl = _no_partial(pl)
     meta = global_meta(func, args, kwargs)
     fast = None
     if not kwargs:

@@ -37,7 +37,7 @@ from ._common import (
     wrap_out,
 )
 
-__all__ = ["along_dims", "along_decide", "along_general", "along_one_dim", "by_positions", "by_positions_inplace",
+__all__ = ["along_dims", "repeat", "along_decide", "along_general", "along_one_dim", "by_positions", "by_positions_inplace",
            "triangle_inplace"]
 
 _SEQ = (list, tuple)
@@ -224,7 +224,7 @@ def _whole(a, rep):
     return a
 
 
-@ShardedTensor.implements(*_ALONG)
+@ShardedTensor.implements(*(f for f in _ALONG if f is not aten.repeat.default))
 def along_dims(func, types, args, kwargs):
     """Gather the shards on the dims the op works along; keep the others."""
     plan = _along_plan(func, args, kwargs)
@@ -242,6 +242,21 @@ def along_general(plan, func, args, kwargs):
     rest = [_whole(a, rep) for a in args[1:]]
     res = func(move(args[0], target), *rest, **{k: _whole(v, rep) for k, v in kwargs.items()})
     return _wrap_all(res, meta, mesh, out_pl, coord)
+
+
+@ShardedTensor.implements(aten.repeat.default)
+def repeat(func, types, args, kwargs):
+    """``repeat`` (and ``tile``, which is repeat): a shard of a dim repeated once stays, moved
+    past the leading dims the repeats add (as DTensor); a repeated shard is gathered first."""
+    x = args[0]
+    reps = list(_arg(args, kwargs, 1, "repeats"))
+    lead = len(reps) - x.dim()
+    if lead <= 0 or type(x) is not ShardedTensor:
+        return along_dims(func, types, args, kwargs)
+    mesh, cur, coord = spec(x)
+    target = tuple(Replicate() if p.is_shard() and reps[p.dim + lead] != 1 else p for p in cur)
+    out_pl = tuple(Shard(p.dim + lead) if p.is_shard() else p for p in target)
+    return wrap_out(func(move(x, target), reps), global_meta(func, args, kwargs), mesh, out_pl, coord)
 
 
 @ShardedTensor.implements(aten.tril_.default, aten.triu_.default)

@@ -91,8 +91,10 @@ def _partial_kind(func, i, ops, has_scalars, out_dtype=None) -> Partial | None:
             return p
         return None
     if func in _SCALING:
-        if len(partial) != 1:
-            return None  # a product of two sums is not the sum of products
+        if len(partial) > 2:
+            return None
+        # A product of two sums is not the sum of products: with two Partial operands the
+        # second is reduced (one all-reduce, as DTensor) and the first stays Partial.
         first = ops[0][1]
         if func.overloadpacket in (aten.div, aten.div_) and not (
             type(first) is ShardedTensor and placements_of(first)[i].is_partial()
@@ -165,10 +167,14 @@ def _plan(func, args, kwargs):
         out_pl = _choose(func, mesh, ops, m0.shape, has_scalars, m0.dtype)
     additive = func in _ADDITIVE
     moves = []
+    kept: set = set()  # mesh dims whose Partial an operand of a product already keeps
     for where, x in ops:
         if x.dim() == 0 and type(x) is not ShardedTensor:
             continue
         target = _target(x, m0.shape, out_pl, additive)
+        if func in _SCALING and any(p.is_partial() for p in target):
+            target = tuple(Replicate() if p.is_partial() and i in kept else p for i, p in enumerate(target))
+            kept.update(i for i, p in enumerate(target) if p.is_partial())
         if written and where == 0 and target != out_pl:
             return _WHOLE  # computed whole, written back (see generic)
         moves.append((where, target))

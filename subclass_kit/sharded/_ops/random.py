@@ -29,7 +29,7 @@ from ..tensor import ShardedTensor, placements_of, spec
 from ._common import check_writable, global_meta, spec_of, wrap_out
 from .generic import computed_whole
 
-__all__ = ["random_fill", "random_like", "dropout"]
+__all__ = ["random_fill", "random_like", "dropout", "multinomial"]
 
 aten = torch.ops.aten
 
@@ -105,3 +105,27 @@ def dropout(func, types, args, kwargs):
     out = x.local * _mine(scaled, x)
     return (wrap_out(out, meta[0], mesh, pl, coord), wrap_out(_mine(mask, x), meta[1], mesh, pl, coord))
 
+
+
+@ShardedTensor.implements(aten.multinomial.default)
+def multinomial(func, types, args, kwargs):
+    """Rows of probabilities sharded (the categories whole): each rank samples its rows, with
+    torch's own draw for the whole tensor. Without replacement (or one sample) CPU's
+    ``multinomial`` is ``topk(p / q)`` with ``q`` an ``Exp(1)`` draw of the probabilities'
+    shape: the rank draws the whole ``q`` and keeps its rows, so its samples are the dense op's
+    under the same seed and the result keeps the rows' shard (DTensor: the same placement,
+    from its own stream). With replacement the draw is made whole first."""
+    x = args[0]
+    n = args[1] if len(args) > 1 else kwargs.get("num_samples")
+    replacement = args[2] if len(args) > 2 else kwargs.get("replacement", False)
+    gen = kwargs.get("generator")
+    if type(x) is not ShardedTensor or (replacement and n != 1) or x.dim() != 2 or x.local.device.type != "cpu":
+        return computed_whole(func, types, args, kwargs)
+    mesh, pl, coord = spec(x)
+    if any(p.is_partial() or p.is_shard(1) for p in pl):
+        return computed_whole(func, types, args, kwargs)
+    meta = global_meta(func, args, kwargs)
+    q = torch.empty(tuple(x.shape), dtype=x.dtype, device=x.local.device).exponential_(1, generator=gen)
+    q = x.local / _mine(q, x)
+    local = q.argmax(-1, keepdim=True) if n == 1 else q.topk(n).indices
+    return wrap_out(local, meta, mesh, pl, coord)

@@ -24,7 +24,7 @@ from ..tensor import ShardedTensor, placements_of, relayout, spec
 from .indexing import along_decide, along_general, reduction_rule
 from ._common import aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
 
-__all__ = ["reduce", "softmax_like", "moments"]
+__all__ = ["reduce", "softmax_like", "moments", "vector_norm"]
 
 _KIND = {
     aten.sum.default: "sum", aten.sum.dim_IntList: "sum",
@@ -239,3 +239,36 @@ def moments(func, types, args, kwargs):
 
 for _f in _MOMENTS:
     reduction_rule(_f)  # the along-dims rule's entry for these ops (derived from their schema)
+
+
+# ---- vector norms whose reduction is a sum, a max or a min (``torch.dist`` decomposes here) ---
+_NORM_AS = {1: aten.sum.dim_IntList, math.inf: aten.amax.default, -math.inf: aten.amin.default}
+
+
+_NORMS = (aten.linalg_vector_norm.default, aten.norm.Scalar, aten.norm.ScalarOpt_dim)
+
+
+@ShardedTensor.implements(*_NORMS)
+def vector_norm(func, types, args, kwargs):
+    """``ord=1``/``inf``/``-inf`` over a sharded dim: ``abs`` then the sum/amax/amin rule, so the
+    result is a ``Partial('sum'/'max'/'min')`` with no communication (DTensor: its norm
+    partial); other orders, or nothing sharded reduced, take the along-dims rule."""
+    x = args[0]
+    ord_ = args[1] if len(args) > 1 else kwargs.get("ord", kwargs.get("p", 2))
+    dim = args[2] if len(args) > 2 else kwargs.get("dim")
+    keepdim = args[3] if len(args) > 3 else kwargs.get("keepdim", False)
+    op = _NORM_AS.get(ord_) if type(x) is ShardedTensor else None
+    if op is not None:
+        pl = placements_of(x)
+        dims = list(range(x.dim())) if dim is None or (type(dim) in (list, tuple) and not dim) else (
+            [d % max(x.dim(), 1) for d in (dim if type(dim) in (list, tuple) else (dim,))])
+        if not any(p.is_partial() for p in pl) and any(p.is_shard() and p.dim in dims for p in pl):
+            a = aten.abs.default(x)
+            dtype = kwargs.get("dtype")
+            if dtype is not None:
+                a = aten._to_copy.default(a, dtype=dtype)
+            return op(a, dims, keepdim)
+    return _NORM_ALONG[func](func, types, args, kwargs)
+
+
+_NORM_ALONG = {f: reduction_rule(f) for f in _NORMS}

@@ -203,7 +203,8 @@ def _view_target(in_shape, out_shape, d):
 
 def _regroup_target(in_shape, out_shape, d, k):
     """The output dim a shard on ``d`` moves to when the view merges ``d`` with the dims
-    after it, or splits ``d`` with the shard on the first part; None when it must gather.
+    after it, splits ``d`` with the shard on the first part, or regroups them; None when it
+    must gather.
 
     Chunks stay whole rows of the new dim only when they divide evenly: rows
     ``[r*n/k, (r+1)*n/k)`` of ``d`` are then rows ``[r*m/k, (r+1)*m/k)`` of the merged
@@ -217,6 +218,8 @@ def _regroup_target(in_shape, out_shape, d, k):
         (0, 0)
         >>> _regroup_target((5, 2), (10,), 0, 2) is None, _regroup_target((3, 4), (12,), 1, 1) is None
         (True, True)
+        >>> _regroup_target((48, 35, 26), (24, 4, 35, 13), 0, 2), _regroup_target((4, 5), (1, 20), 0, 2)
+        (0, 1)
     """
     if any(type(s) is not int or s == 0 for s in (*in_shape, *out_shape)):
         return None
@@ -225,11 +228,13 @@ def _regroup_target(in_shape, out_shape, d, k):
         if offset > before:
             return None
         if offset == before:
+            # The dims from d on and from e on hold the same elements (the same offset, the
+            # same total): rank r's rows [r*n/k, (r+1)*n/k) of d are one contiguous run of
+            # them, which is rows [r*s/k, (r+1)*s/k) of e when k divides both sizes -- a
+            # merge, a split, or a regrouping ((48, 35, 26) -> (24, 4, 35, 13)).
             s = out_shape[e]
-            if s > n and n % k == 0 and s in accumulate(in_shape[d:], mul):
-                return e  # merged: d leads the group
-            if s < n and s % k == 0 and n in accumulate(out_shape[e:], mul):
-                return e  # split: the shard goes to the first part
+            if s != n and n % k == 0 and s % k == 0:
+                return e  # (else a dim of size 1 may come first: look on)
     return None
 
 
@@ -272,6 +277,9 @@ def _reshape_decide(func, args, kwargs):
                     lost.add(p.dim)
                     continue
                 n = meta.shape[e]
+            if e in moves.values():
+                lost.add(p.dim)  # (two shards cannot land on one dim)
+                continue
             moves[p.dim] = e
             size[e] = chunk_size(n, mesh.shape[i], coord[i])
     target = tuple(Replicate() if p.is_shard() and p.dim in lost else p for p in cur)
