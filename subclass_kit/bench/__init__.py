@@ -43,6 +43,7 @@ SUITES = (
     "_collectives_bench",
     "_sharded_bench",
     "_tp_bench",
+    "_dp_bench",
 )
 
 #: Who an implementation belongs to; decides its colour and legend entry in the chart.

@@ -1,7 +1,8 @@
 """Rank tasks for ``data_parallel`` on 4 gloo ranks: torch's TP-test Transformer trained a few
 AdamW steps by the dense model (the whole batch on every rank), by the kit's
 ``data_parallel`` (each data-parallel rank its rows of the batch; eager and compiled) and by
-the same SimpleFSDP design written here over torch's own DTensor. Each task raises on a
+the same SimpleFSDP design over torch's own DTensor
+(``subclass_kit.bench._dp_bench.dtensor_data_parallel``, torch's public API only). Each task raises on a
 value that differs from dense and returns what the tests compare: the functional
 collectives (with the dtype each one carries) in the compiled forward and backward graphs,
 kit beside DTensor."""
@@ -18,6 +19,8 @@ from torch import nn
 from torch.testing._internal.distributed._tensor.common_dtensor import ModelArgs, Transformer
 
 from subclass_kit.sharded import MixedPrecisionPolicy, ShardedTensor, data_parallel
+
+from subclass_kit.bench._dp_bench import dtensor_data_parallel
 
 from sharded._tasks import _Record
 from sharded._tp_upstream_tasks import parallelize_transformer
@@ -85,54 +88,6 @@ def _train(model, fn, dp: tuple[int, int]) -> list[float]:
     return losses
 
 
-# ---- the SimpleFSDP design over torch's DTensor (the anchor) ----------------------------------
-_DT_CLASSES: dict = {}
-
-
-def _dt_compute(module, name):
-    from torch.distributed.tensor import DTensor
-
-    p = module._parameters[name]
-    mesh, compute, grad, mp, tp = module._dt_dp[name]
-    full = p.redistribute(mesh, compute, forward_dtype=mp.param_dtype, backward_dtype=mp.reduce_dtype)
-    local = full.to_local(grad_placements=grad)
-    if tp is None:
-        return local
-    return DTensor.from_local(local, tp[0], tp[1], shape=tp[2], stride=tp[3])
-
-
-def dtensor_data_parallel(model, mesh, mode, mp):
-    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
-
-    placements = {"fully_shard": [Shard(0)], "replicate": [Replicate()],
-                  "hybrid_shard": [Replicate(), Shard(0)]}[mode]
-    compute, grad = [Replicate()] * mesh.ndim, [Partial("avg")] * mesh.ndim
-    done: dict = {}
-    for mod in list(model.modules()):
-        names = tuple(n for n, p in mod._parameters.items() if p is not None)
-        if not names:
-            continue
-        specs = {}
-        for n in names:
-            p = mod._parameters[n]
-            if id(p) not in done:
-                tp = None
-                if isinstance(p, DTensor):
-                    tp = (p.device_mesh, p.placements, p.shape, p.stride())
-                    p = p.to_local()
-                done[id(mod._parameters[n])] = (nn.Parameter(distribute_tensor(p.detach(), mesh, placements)), tp)
-            new, tp = done[id(mod._parameters[n])]
-            mod._parameters[n] = new
-            specs[n] = (mesh, compute, grad, mp or MixedPrecisionPolicy(), tp)
-        mod._dt_dp = specs
-        key = (type(mod), names)
-        if key not in _DT_CLASSES:
-            props = {n: property(lambda self, n=n: _dt_compute(self, n)) for n in names}
-            _DT_CLASSES[key] = type(f"DTensorDP{type(mod).__name__}", (type(mod),), props)
-        mod.__class__ = _DT_CLASSES[key]
-    return model
-
-
 # ---- the task --------------------------------------------------------------------------------
 def _build(impl: str, mode: str, mp):
     dp_mesh, tp_mesh = _mesh(mode)
@@ -140,10 +95,10 @@ def _build(impl: str, mode: str, mp):
     dp_mode = "fully_shard" if mode == "fsdp+tp" else mode
     if impl == "kit":
         if tp_mesh is not None:
-            parallelize_transformer(model, tp_mesh, seq_parallel=False)
+            parallelize_transformer(model, tp_mesh, seq_parallel=False, local_output_for_attn=True)
         return data_parallel(model, dp_mesh, mode=dp_mode, mp_policy=mp)
     if tp_mesh is not None:
-        Transformer.parallelize(model, tp_mesh, use_seq_parallel=False)
+        Transformer.parallelize(model, tp_mesh, use_seq_parallel=False, local_output_for_attn=True)
     return dtensor_data_parallel(model, dp_mesh, dp_mode, mp)
 
 
