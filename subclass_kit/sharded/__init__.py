@@ -44,12 +44,14 @@ from .placements import (
     Placement as Placement,
     Replicate as Replicate,
     Shard as Shard,
+    _StridedShard as _StridedShard,
 )
 from .tensor import ShardedTensor as ShardedTensor
 
 __all__ = [
     "ShardedTensor",
     "Shard",
+    "_StridedShard",
     "Replicate",
     "Partial",
     "Placement",

@@ -17,10 +17,11 @@ import contextvars
 import torch
 
 from .. import collectives as _coll
-from ._layout import chunk_size
+from ._layout import chunk_size, strided_pieces
 from .mesh import MeshRef
 
-__all__ = ["waited", "async_op", "gather_shards", "reduce_partial", "reduce_scatter_partial", "take_chunk", "zero_unless_first"]
+__all__ = ["waited", "async_op", "gather_shards", "gather_strided", "reduce_partial", "reduce_scatter_partial",
+           "take_chunk", "take_strided", "zero_unless_first"]
 
 
 _ASYNC = contextvars.ContextVar("subclass_kit_sharded_async_op", default=False)
@@ -114,3 +115,42 @@ def take_chunk(local: torch.Tensor, k: int, coord: int, dim: int) -> torch.Tenso
 def zero_unless_first(local: torch.Tensor, coord: int) -> torch.Tensor:
     """Replicate -> Partial('sum'): the first rank keeps the value, the others hold zeros."""
     return local if coord == 0 else torch.zeros_like(local)
+
+
+def _cat(parts: list, dim: int, like: torch.Tensor) -> torch.Tensor:
+    parts = [p for p in parts if not _static_zero(p.size(dim))] or parts[:1]
+    if not parts:
+        return like.narrow(dim, 0, 0)
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim)
+
+
+def take_strided(local: torch.Tensor, k: int, coord: int, dim: int, sf: int) -> torch.Tensor:
+    """This rank's part of a replicated tensor under ``_StridedShard(dim, sf)`` over ``k``
+    ranks: chunk ``coord`` of each of the ``sf`` chunks of ``dim``, concatenated."""
+    if k == 1:
+        return local
+    n = local.size(dim)
+    return _cat([local.narrow(dim, s, m) for s, m in strided_pieces(n, k, coord, sf)], dim, local)
+
+
+def gather_strided(local: torch.Tensor, mesh: MeshRef, mesh_dim: int, dim: int, n, sf: int) -> torch.Tensor:
+    """All-gather a ``_StridedShard(dim, sf)`` of a dim of size ``n`` along ``mesh_dim`` and
+    put the pieces back in order (one all-gather; the reorder is local narrows and a cat)."""
+    k = mesh.shape[mesh_dim]
+    if k == 1:
+        return local
+    held = [strided_pieces(n, k, c, sf) for c in range(k)]
+    full = 0
+    for _, m in held[0]:
+        full = full + m  # coordinate 0 holds the most
+    padded = _pad(local, dim, full - local.size(dim)).contiguous()
+    out = waited(_coll.all_gather_tensor(padded, dim, mesh.group_names[mesh_dim]))
+    # Piece j of coordinate c sits after c full blocks and c's pieces before j.
+    parts = []
+    for j in range(sf):
+        for c in range(k):
+            before = 0
+            for _, m in held[c][:j]:
+                before = before + m
+            parts.append(out.narrow(dim, c * full + before, held[c][j][1]))
+    return _cat(parts, dim, out).contiguous()

@@ -12,7 +12,8 @@ from __future__ import annotations
 from symbolic import ceil_div, sym_max, sym_min
 
 
-__all__ = ["chunk_size", "chunk_start", "local_shape", "even_global_shape", "contiguous_strides"]
+__all__ = ["chunk_size", "chunk_start", "local_shape", "even_global_shape", "contiguous_strides", "strided_pieces",
+           "strided_local_size", "level_shape"]
 
 
 def contiguous_strides(size) -> tuple:
@@ -57,6 +58,46 @@ def chunk_start(n, k: int, c: int):
     if c == 0 or k == 1:
         return 0
     return sym_min(c * ceil_div(n, k), n)
+
+
+def strided_pieces(n, k: int, c: int, sf: int) -> list:
+    """``[(start, size), ...]``: the ranges of a dim of ``n`` that coordinate ``c`` of ``k``
+    holds under ``_StridedShard(split_factor=sf)``: chunk ``c`` of each of the ``sf`` chunks.
+
+    Example:
+        >>> strided_pieces(9, 4, 0, 2), strided_pieces(9, 4, 3, 2)
+        ([(0, 2), (5, 1)], [(5, 0), (8, 1)])
+    """
+    out = []
+    for j in range(sf):
+        p, start = chunk_size(n, sf, j), chunk_start(n, sf, j)
+        out.append((start + chunk_start(p, k, c), chunk_size(p, k, c)))
+    return out
+
+
+def strided_local_size(n, k: int, c: int, sf: int):
+    """The size coordinate ``c`` of ``k`` holds of a dim of ``n`` under a strided shard.
+
+    Example:
+        >>> [strided_local_size(9, 4, c, 2) for c in range(4)]
+        [3, 3, 2, 1]
+    """
+    total = 0
+    for _, size in strided_pieces(n, k, c, sf):
+        total = total + size
+    return total
+
+
+def level_shape(global_shape, placements, mesh_shape, coord, level: int) -> tuple:
+    """The shape of what mesh dim ``level`` splits: the global shape under the placements
+    of the mesh dims before it (a nested shard splits its parent's chunk).
+
+    Example:
+        >>> from subclass_kit.sharded import Shard
+        >>> level_shape((9, 4), (Shard(0), Shard(0)), (2, 2), (1, 0), 1)
+        (4, 4)
+    """
+    return local_shape(global_shape, placements[:level], mesh_shape[:level], coord[:level])
 
 
 def local_shape(global_shape, placements, mesh_shape, coord) -> tuple:

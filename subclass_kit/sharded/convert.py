@@ -12,7 +12,6 @@ import torch
 from .. import _compat
 from .. import collectives as _coll
 from ._comm import waited
-from .errors import PlacementError
 from ._layout import contiguous_strides
 from .mesh import MeshLike, mesh_ref
 from .placements import Partial, Placement, Replicate, normalize_placements
@@ -27,12 +26,6 @@ def _distribute(t, ref, placements, src_data_rank):
     if not isinstance(t, torch.Tensor) or isinstance(t, ShardedTensor):
         raise TypeError(f"distribute takes a plain torch.Tensor, got {type(t).__name__}.")
     pl = normalize_placements(placements, ref.ndim, t.dim(), what="distribute")
-    for i, p in enumerate(pl):
-        if type(p) is Partial:
-            raise PlacementError(
-                f"distribute: placements[{i}] is {p!r}; a whole tensor cannot be split into "
-                "operands. Distribute it Replicate()/Shard(d), then redistribute if needed."
-            )
     coord = ref.coordinate()
     local = t.detach()
     if src_data_rank is not None:
@@ -40,7 +33,12 @@ def _distribute(t, ref, placements, src_data_rank):
             if ref.shape[i] > 1:
                 local = waited(_coll.broadcast(local.contiguous(), src_data_rank, name))
     full = (Replicate(),) * ref.ndim
-    local = redistribute_local(local, ref, coord, full, pl, t.shape)
+    local = redistribute_local(local, ref, coord, full, tuple(Replicate() if type(p) is Partial else p for p in pl), t.shape)
+    for i, p in enumerate(pl):
+        # torch's Partial._partition_value: a sum's operands are the value over the ranks
+        # on every rank; an average's, a max's and a min's the value itself.
+        if type(p) is Partial and p.op == "sum" and ref.shape[i] > 1:
+            local = local / ref.shape[i]
     # A fresh, compact copy: a parameter's shard must not alias the dense tensor it came from.
     local = local.clone(memory_format=torch.contiguous_format)
     out = wrap(local, ref, pl, coord, t.shape, contiguous_strides(t.shape), t.dtype)
@@ -60,7 +58,10 @@ def distribute(t: torch.Tensor, mesh: MeshLike, placements: Sequence[Placement],
     Args:
         t: the whole tensor (same shape on every rank).
         mesh: a torch ``DeviceMesh`` (or a ``MeshRef``).
-        placements: ``Shard(d)`` or ``Replicate()`` per mesh dim.
+        placements: ``Shard(d)``, ``_StridedShard(d, split_factor=)``, ``Replicate()`` or
+            ``Partial(op)`` per mesh dim. As torch's: a ``Partial('sum')`` mesh dim of ``k``
+            ranks holds ``t / k`` on each (their sum is ``t``); ``avg``/``max``/``min`` hold
+            ``t``.
 
     Example:
         >>> import torch

@@ -1,10 +1,12 @@
 """Placements: how one mesh dimension lays out a tensor (``Shard``, ``Replicate``, ``Partial``).
 
-A ``ShardedTensor`` has one placement per mesh dimension. Applied in mesh-dimension order to
-the global tensor ``G``: ``Shard(d)`` keeps chunk ``c`` of ``torch.chunk(G, k, d)`` on the
-rank at coordinate ``c`` of a mesh dimension of size ``k`` (so shards may be uneven, the
-last ones smaller or empty); ``Replicate()`` keeps all of ``G``; ``Partial(op)`` keeps an
-addend, ``G = op-reduce(locals)`` over that mesh dimension.
+A ``ShardedTensor`` has one placement per mesh dimension. Applied in mesh-dimension order
+(left to right, as torch does), each to what the previous ones left: ``Shard(d)`` keeps
+chunk ``c`` of ``torch.chunk(G, k, d)`` on the rank at coordinate ``c`` of a mesh dimension
+of size ``k`` (so shards may be uneven, the last ones smaller or empty; two mesh dims that
+shard one tensor dim nest: the second splits the first's chunk); ``_StridedShard(d, sf)``
+is FSDP-over-TP's right-to-left order (see its class); ``Replicate()`` keeps all of ``G``;
+``Partial(op)`` keeps an addend, ``G = op-reduce(locals)`` over that mesh dimension.
 
 Placements are frozen dataclasses: hashable, picklable, equal after deepcopy and
 canonicalizable, as a ctx value must be.
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
-from ._layout import chunk_size, chunk_start
+from ._layout import chunk_size, chunk_start, strided_local_size
 from .errors import PlacementError
 
 if TYPE_CHECKING:
@@ -23,9 +25,14 @@ if TYPE_CHECKING:
 
     from .mesh import MeshRef
 
-__all__ = ["Placement", "Shard", "Replicate", "Partial", "PARTIAL_OPS", "normalize_placements", "render"]
+__all__ = ["Placement", "Shard", "_StridedShard", "Replicate", "Partial", "PARTIAL_OPS", "normalize_placements",
+           "render", "is_simple"]
 
 PARTIAL_OPS = ("sum", "avg", "max", "min")
+
+#: ``[True]`` once a layout ``is_simple`` refuses has been normalized in this process: from
+#: then on ShardedTensor's dispatch looks for such layouts among an op's arguments.
+LAYOUTS_SEEN = [False]
 
 
 class Placement:
@@ -141,6 +148,69 @@ class Shard(Placement):
     def __fx_repr__(self):
         return f"Shard({self.dim})", {"Shard": Shard}
 
+@dataclass(frozen=True)
+class _StridedShard(Placement):
+    """Split ``dim`` as if a later mesh dim had split it first (torch's ``_StridedShard``).
+
+    FSDP over TP stores a parameter with its dim 0 sharded by TP (mesh dim 1) and each TP
+    shard sharded again by FSDP (mesh dim 0): right-to-left. In the kit's left-to-right
+    reading that layout is ``[_StridedShard(0, split_factor=tp), Shard(0)]``: on its mesh
+    dim of ``k`` ranks, coordinate ``c`` holds chunk ``c`` (of ``k``) of each of the
+    ``split_factor`` chunks of the dim, concatenated; the next ``Shard(0)`` then picks one
+    of those pieces. Values and local shapes equal torch's for the same placements.
+
+    Example:
+        >>> _StridedShard(0, split_factor=2), _StridedShard(0, split_factor=2).is_shard(0)
+        (_StridedShard(dim=0, sf=2), True)
+    """
+
+    dim: int
+    split_factor: int = 1
+
+    def __post_init__(self):
+        if type(self.dim) is not int:
+            raise PlacementError(f"_StridedShard(dim) takes an int tensor dimension, got {self.dim!r}.")
+        if type(self.split_factor) is not int or self.split_factor < 1:
+            raise PlacementError(
+                f"_StridedShard(split_factor=) takes a positive int (the number of shards a later "
+                f"mesh dim makes of the dim), got {self.split_factor!r}."
+            )
+
+    def is_shard(self, dim: int | None = None) -> bool:
+        return dim is None or self.dim == dim
+
+    def shard_dim(self) -> int | None:
+        return self.dim
+
+    def local_shape(self, shape: tuple, k: int, c: int) -> tuple:
+        d = self.dim
+        return (*shape[:d], strided_local_size(shape[d], k, c, self.split_factor), *shape[d + 1:])
+
+    def global_shape(self, local: tuple, k: int) -> tuple:
+        d = self.dim
+        return (*local[:d], local[d] * k, *local[d + 1:])
+
+    def to_replicate(self, local: torch.Tensor, mesh: MeshRef, mesh_dim: int, shape: Sequence[int]) -> torch.Tensor:
+        from ._comm import gather_strided
+
+        return gather_strided(local, mesh, mesh_dim, self.dim, shape[self.dim], self.split_factor)
+
+    def from_replicate(self, local: torch.Tensor, mesh: MeshRef, mesh_dim: int, coord: int) -> torch.Tensor:
+        from ._comm import take_strided
+
+        return take_strided(local, mesh.shape[mesh_dim], coord, self.dim, self.split_factor)
+
+    def cost_to(self, dst: "Placement") -> float:
+        if dst == self:
+            return 0.0
+        return 1.02 if dst.is_partial() else 1.0
+
+    def __repr__(self) -> str:
+        return f"_StridedShard(dim={self.dim}, sf={self.split_factor})"
+
+    def __fx_repr__(self):
+        return f"_StridedShard({self.dim}, {self.split_factor})", {"_StridedShard": _StridedShard}
+
 
 @dataclass(frozen=True)
 class Replicate(Placement):
@@ -225,6 +295,8 @@ def _from_torch(p: Any) -> Placement | None:
         return None
     if name == "Shard":
         return Shard(int(p.dim))
+    if name == "_StridedShard":
+        return _StridedShard(int(p.dim), split_factor=int(p.split_factor))
     if name == "Replicate":
         return Replicate()
     if name == "Partial":
@@ -253,8 +325,7 @@ def normalize_placements(placements: Any, mesh_ndim: int, ndim: int, *, what: st
         what: who is asking, for messages (``"ShardedTensor.from_local"``).
 
     Raises:
-        PlacementError: wrong type or count, a ``Shard`` dim out of range, or one tensor
-            dim sharded by two mesh dims.
+        PlacementError: wrong type or count, or a ``Shard`` dim out of range.
 
     Example:
         >>> normalize_placements([Shard(-1)], 1, 2, what="demo")
@@ -272,7 +343,7 @@ def normalize_placements(placements: Any, mesh_ndim: int, ndim: int, *, what: st
             if q is None:
                 raise PlacementError(
                     f"{what}: placements[{i}] is {p!r} ({type(p).__name__}); use Shard(dim), "
-                    "Replicate() or Partial(op) from subclass_kit.sharded."
+                    "_StridedShard(dim, split_factor=), Replicate() or Partial(op) from subclass_kit.sharded."
                 )
             p = q
         out.append(p)
@@ -281,7 +352,6 @@ def normalize_placements(placements: Any, mesh_ndim: int, ndim: int, *, what: st
             f"{what}: got {len(out)} placements {render(out)} for a {mesh_ndim}-D mesh; pass "
             f"exactly one placement per mesh dimension ({mesh_ndim})."
         )
-    sharded_by: dict = {}
     for i, p in enumerate(out):
         sd = p.shard_dim()
         if sd is not None:
@@ -291,12 +361,30 @@ def normalize_placements(placements: Any, mesh_ndim: int, ndim: int, *, what: st
                     f"(valid dims are {-ndim}..{ndim - 1}). Shard a dimension the tensor has."
                 )
             d = sd % ndim
-            if d in sharded_by:
-                raise PlacementError(
-                    f"{what}: tensor dim {d} is sharded by mesh dims {sharded_by[d]} and {i} "
-                    f"({render(out)}); sharding one tensor dim over several mesh dims is not "
-                    "supported. Shard different tensor dims, or flatten those mesh dims into one."
-                )
-            sharded_by[d] = i
-            out[i] = Shard(d)
-    return tuple(out)
+            if d != sd:
+                out[i] = Shard(d) if type(p) is Shard else _StridedShard(d, split_factor=p.split_factor)  # type: ignore[attr-defined]
+    res = tuple(out)
+    if not LAYOUTS_SEEN[0] and not is_simple(res):
+        LAYOUTS_SEEN[0] = True
+    return res
+
+
+_SIMPLE: dict = {}
+
+
+def is_simple(placements: tuple) -> bool:
+    """True when no tensor dim is sharded by two mesh dims and no placement is strided: the
+    layouts every op rule handles (the others are brought to one first, see ``_layouts``).
+
+    Example:
+        >>> is_simple((Shard(0), Shard(1))), is_simple((Shard(0), Shard(0)))
+        (True, False)
+    """
+    hit = _SIMPLE.get(placements)
+    if hit is None:
+        dims = [p.shard_dim() for p in placements if p.is_shard()]
+        hit = len(dims) == len(set(dims)) and not any(type(p) is _StridedShard for p in placements)
+        if len(_SIMPLE) > 4096:
+            _SIMPLE.clear()
+        _SIMPLE[placements] = hit
+    return hit

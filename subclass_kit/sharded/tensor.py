@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 import torch
 
-from .. import _compat
+from .. import _compat, _dispatch
 from .. import collectives as _coll
-from ..base import WrapperTensor
+from ..base import _EMPTY, WrapperTensor
 from ..compiling import is_compiling
 from ..ctx import SubclassCtx, ctx_of
 from ..fields import inner, meta, state
@@ -17,7 +17,7 @@ from ._comm import waited
 from .errors import MeshError, ShardShapeError
 from ._layout import contiguous_strides, even_global_shape, local_shape
 from .mesh import MeshLike, MeshRef, mesh_ref
-from .placements import Partial, Placement, Replicate, Shard, normalize_placements, render
+from .placements import LAYOUTS_SEEN, Partial, Placement, Replicate, Shard, _StridedShard, normalize_placements, render
 from ._redistribute import redistribute_local
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ class ShardedTensor(WrapperTensor):
     _gathered_view: Any = state(default=None, doc="the view op that gathered the shard, or None")
 
     # The ctx's value types, for serialization.allow (torch.load(weights_only=True)).
-    __safe_globals__ = (MeshRef, Shard, Replicate, Partial)
+    __safe_globals__ = (MeshRef, Shard, _StridedShard, Replicate, Partial)
     # The op rules (sharded/_ops) return what each op's schema says, tested op by op: their
     # results are not checked again on every call.
     __check_handlers__ = False
@@ -81,6 +81,20 @@ class ShardedTensor(WrapperTensor):
             kwargs["size"] = size
             kwargs["stride"] = stride
         return super().__new__(cls, local, ref, pl, coord, **kwargs)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        # WrapperTensor's, plus one test: once a layout the op rules do not handle exists
+        # (a tensor dim sharded by two mesh dims, a strided shard), ops go by ``_ops.layouts``.
+        if LAYOUTS_SEEN[0]:
+            out = LAYOUT_HOOK[0](func, args, _EMPTY if kwargs is None else kwargs)
+            if out is not NotImplemented:
+                return out
+        try:
+            h = cls.__kit__.cache[id(func)]
+        except KeyError:
+            h = _dispatch.resolve(cls, func)
+        return h(func, types, args, _EMPTY if kwargs is None else kwargs)
 
     @classmethod
     def __inner_shapes__(cls, outer_size, ctx):
@@ -290,6 +304,12 @@ class ShardedTensor(WrapperTensor):
         ]
 
 
+_compat.never_compile_frames(ShardedTensor.__dict__["__torch_dispatch__"].__func__)
+
+#: ``LAYOUT_HOOK[0](func, args, kwargs)``: the dispatch of ops on layouts the rules do not
+#: handle (set by ``_ops.layouts``); NotImplemented hands the op to its rule.
+LAYOUT_HOOK: list = [lambda func, args, kwargs: NotImplemented]
+
 #: ``mesh, placements, coord = spec(x)``: the meta values of a ShardedTensor, read by name
 #: with the lookup done once (the op handlers read them on every call).
 spec = ShardedTensor.ctx_reader("mesh", "placements", "coord")
@@ -414,6 +434,7 @@ def _register_compile_constants() -> None:
     common = ("is_shard", "is_replicate", "is_partial", "__eq__", "__ne__", "__hash__", "__repr__")
     _compat.register_compile_constants({
         Shard: (*common, "dim"),
+        _StridedShard: (*common, "dim", "split_factor"),
         Replicate: common,
         Partial: (*common, "op"),
         MeshRef: ("__eq__", "__ne__", "__hash__", "__repr__", "device_type", "shape", "ranks", "dim_names",

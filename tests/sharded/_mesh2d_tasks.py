@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch._dynamo.testing import CompileCounterWithBackend
 
-from subclass_kit.sharded import Partial, PlacementError, Replicate, Shard, ShardedTensor, distribute
+from subclass_kit.sharded import Partial, Replicate, Shard, ShardedTensor, distribute
 from subclass_kit.sharded._ops.generic import gathered_ops
 
 from sharded._tp_upstream_tasks import Comms
@@ -453,23 +453,6 @@ def random_ops(names=None) -> dict:
         whole = all(p.is_replicate() for p in y.placements)
         out[name] = {"out": _pl(y), "comms": comms.total(),
                      "same on every rank": _same_on_every_rank(local) if whole else None}
-    return out
-
-
-# ---- layouts the kit refuses ----------------------------------------------------------------
-def nested() -> dict:
-    """One tensor dim sharded by both mesh dims: refused where the layout is made, naming it."""
-    out = {}
-    for name, make in (("distribute", lambda: distribute(torch.ones(8, 4), mesh(), [S0, S0])),
-                       ("from_local", lambda: ShardedTensor.from_local(torch.ones(2, 4), mesh(), [S0, S0])),
-                       ("redistribute", lambda: distribute(torch.ones(8, 4), mesh(), [S0, R]).redistribute(mesh(), [S0, S0])),
-                       ("distribute with torch's placements", lambda: distribute(torch.ones(8, 4), mesh(), [
-                           torch.distributed.tensor.Shard(0), torch.distributed.tensor.Shard(0)]))):
-        try:
-            make()
-            out[name] = None
-        except PlacementError as e:
-            out[name] = str(e)
     return out
 
 

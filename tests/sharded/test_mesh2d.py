@@ -9,11 +9,10 @@ avoid counted, one aot_eager compile per family; and a few layouts of the other 
 (embedding, layer/group norm, softmax, cross-entropy, attention). Every test shares one
 spawned world.
 
-Layouts that shard one tensor dim on both mesh dims are refused with a PlacementError (the
-kit has no nested sharding), and no rule may produce one: two rules did (a matrix product
-contracting over a dim sharded on both mesh dims, a convolution backward with the batch
-sharded by the input on one mesh dim and by the incoming gradient on the other) and gave
-wrong values; the cases below pin them."""
+Layouts that shard one tensor dim on both mesh dims are tested in test_layouts.py; no rule
+may produce one: two rules did (a matrix product contracting over a dim sharded on both
+mesh dims, a convolution backward with the batch sharded by the input on one mesh dim and
+by the incoming gradient on the other) and gave wrong values; the cases below pin them."""
 
 from __future__ import annotations
 
@@ -232,13 +231,6 @@ def test_random_ops_give_the_dense_draw_on_2d_layouts():
         assert r["rand_like S1,S0"]["out"] == "(Shard(1), Shard(0))"
         assert r["randn_like S0,P"]["out"] == "(Shard(0), Replicate())"
         assert r["rand_like R,R"]["same on every rank"] is True
-
-
-def test_one_tensor_dim_on_two_mesh_dims_is_refused_naming_the_layout():
-    r = world(4).run(T.nested, timeout=TIMEOUT)[0]
-    for how, msg in r.items():
-        assert msg is not None and "tensor dim 0 is sharded by mesh dims 0 and 1" in msg, (how, msg)
-        assert "(Shard(0), Shard(0))" in msg and "flatten those mesh dims" in msg, (how, msg)
 
 
 def test_every_2d_layout_redistributes_to_every_other_with_its_gradient():

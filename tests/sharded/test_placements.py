@@ -25,7 +25,7 @@ from subclass_kit.sharded import (
     ShardShapeError,
 )
 from subclass_kit.sharded._layout import chunk_size, chunk_start, local_shape
-from subclass_kit.sharded.placements import normalize_placements
+from subclass_kit.sharded.placements import _StridedShard, normalize_placements
 from symbolic import size_symbol
 
 from sharded._meshes import fake_mesh
@@ -68,10 +68,13 @@ def test_placement_validation_messages():
 ShardedTensor.from_local: got 1 placements (Shard(0),) for a 2-D mesh; pass exactly one placement per mesh dimension (2).""")
     assert_expected_inline(_err(lambda: n([Shard(2)], 1, 2, what="ShardedTensor.from_local")), """\
 ShardedTensor.from_local: placements[0] = Shard(2) is out of range for a 2-D tensor (valid dims are -2..1). Shard a dimension the tensor has.""")
-    assert_expected_inline(_err(lambda: n([Shard(0), Shard(-2)], 2, 2, what="distribute")), """\
-distribute: tensor dim 0 is sharded by mesh dims 0 and 1 ((Shard(0), Shard(-2))); sharding one tensor dim over several mesh dims is not supported. Shard different tensor dims, or flatten those mesh dims into one.""")
+    # one tensor dim on two mesh dims nests (or strides), normalized like any shard
+    assert n([Shard(0), Shard(-2)], 2, 2, what="distribute") == (Shard(0), Shard(0))
+    assert n([_StridedShard(-2, split_factor=2), Shard(0)], 2, 2, what="t") == (_StridedShard(0, split_factor=2), Shard(0))
     assert "one placement per mesh dim" in _err(lambda: n(Shard(0), 1, 2, what="demo"))
-    assert "use Shard(dim), Replicate() or Partial(op)" in _err(lambda: n(["Shard(0)"], 1, 2, what="demo"))
+    assert "use Shard(dim), _StridedShard(dim, split_factor=), Replicate() or Partial(op)" in _err(
+        lambda: n(["Shard(0)"], 1, 2, what="demo"))
+    assert "split_factor" in _err(lambda: _StridedShard(0, split_factor=0))
 
 
 def test_torch_dtensor_placements_convert():
@@ -79,6 +82,10 @@ def test_torch_dtensor_placements_convert():
 
     assert normalize_placements([TShard(1)], 1, 2, what="t") == (Shard(1),)
     assert normalize_placements([TReplicate(), TPartial()], 2, 2, what="t") == (Replicate(), Partial("sum"))
+    from torch.distributed.tensor.placement_types import _StridedShard as TStrided
+
+    assert normalize_placements([TStrided(0, split_factor=2), TShard(0)], 2, 2, what="t") == (
+        _StridedShard(0, split_factor=2), Shard(0))
 
 
 def test_chunk_sizes_match_torch_chunk():

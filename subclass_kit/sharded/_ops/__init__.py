@@ -7,4 +7,4 @@
 family claims by registration or by torch's tags run through ``generic`` (gathered to
 Replicate, run densely, logged once per op)."""
 
-from . import as_strided, attention, chunked_ce, conv, decompose, embedding, factory, generic, independent, indexing, linalg_errors, matrix, mse, nll, norm, pointwise, random, reduction, shared_dims, view, view_backward  # noqa: F401  (registration)
+from . import as_strided, attention, chunked_ce, conv, decompose, embedding, factory, generic, independent, indexing, layouts, linalg_errors, matrix, mse, nll, norm, pointwise, random, reduction, shared_dims, view, view_backward  # noqa: F401  (registration)

@@ -1,0 +1,156 @@
+"""Ops on the layouts the op rules do not handle: a tensor dim sharded by several mesh dims
+(nested ``[Shard(0), Shard(0)]``, FSDP-over-TP's ``[_StridedShard(0, sf), Shard(0)]``).
+
+The rules of the other families reason about one mesh dim per tensor dim (an offset, a
+chunk of the global dim). Rather than teach each of them, every op on such a layout comes
+here first (``ShardedTensor.__torch_dispatch__`` asks, once such a layout exists):
+
+- elementwise ops (torch's ``pointwise`` tag, copies and casts) whose sharded operands all
+  share one layout and shape, without Partial, run on the locals and keep the layout, as
+  DTensor's pointwise strategy does;
+- every other op gets its operands redistributed to the nearest layout the rules handle
+  (``simple_target``: a nested dim keeps its first mesh dim, a strided one its TP shard)
+  and runs by its rule. An in-place op writes its result back into the operand's own
+  layout; a view of such a copy is marked as gathered (writing into it raises).
+
+Never a wrong value: a rule never sees a layout it does not know.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..placements import Partial, Placement, Replicate, Shard, _StridedShard, is_simple
+from ..tensor import LAYOUT_HOOK, ShardedTensor, relayout, spec
+from ._common import TensorMeta, aten, global_meta, wrap_out
+
+__all__ = ["simple_target", "layout_dispatch"]
+
+_R = Replicate()
+
+# The ops whose handler only copies the placements along (aliases, ``*_like`` factories).
+_PASS = {
+    aten.detach.default, aten.alias.default, aten.zeros_like.default, aten.ones_like.default,
+    aten.empty_like.default, aten.full_like.default, aten.lift_fresh.default,
+}
+_ELEMENTWISE = {aten._to_copy.default, aten.clone.default, aten.copy_.default, aten.fill_.Scalar, aten.zero_.default}
+
+
+def simple_target(placements: tuple, mesh_shape: tuple) -> tuple:
+    """The layout an op rule handles nearest to ``placements``: of the mesh dims sharding one
+    tensor dim, a nested run keeps its first (one gather per other mesh dim), a strided
+    shard gives way to the Shard it strides for (FSDP's all-gather), anything else is
+    replicated.
+
+    Example:
+        >>> simple_target((Shard(0), Shard(0)), (2, 2)), simple_target((_StridedShard(0, split_factor=2), Shard(0)), (2, 2))
+        ((Shard(0), Replicate()), (Replicate(), Shard(0)))
+    """
+    out: list[Placement] = list(placements)
+    by_dim: dict = {}
+    for i, p in enumerate(placements):
+        if p.is_shard():
+            by_dim.setdefault(p.shard_dim(), []).append(i)
+    for e, where in by_dim.items():
+        first = where[0]
+        if type(placements[first]) is Shard:
+            keep = first
+        elif (len(where) == 2 and type(placements[where[1]]) is Shard
+              and placements[first].split_factor == mesh_shape[where[1]]):  # type: ignore[attr-defined]
+            keep = where[1]
+        else:
+            keep = None
+        for i in where:
+            if i != keep:
+                out[i] = _R
+    return tuple(out)
+
+
+def _sharded(args, kwargs):
+    for a in args:
+        if type(a) is ShardedTensor:
+            yield a
+        elif type(a) in (list, tuple):
+            yield from (b for b in a if type(b) is ShardedTensor)
+    for v in kwargs.values():
+        if type(v) is ShardedTensor:
+            yield v
+
+
+def _keeps(func, args, kwargs, pl) -> bool:
+    if any(type(p) is Partial for p in pl):
+        return False
+    if func not in _ELEMENTWISE and torch.Tag.pointwise not in func.tags:
+        return False
+    shape = None
+    for a in (*args, *kwargs.values()):
+        if type(a) is ShardedTensor:
+            if spec(a)[1] != pl or (shape is not None and a.shape != shape):
+                return False
+            shape = a.shape
+        elif isinstance(a, torch.Tensor):
+            if a.dim() != 0:
+                return False
+        elif type(a) in (list, tuple) and any(isinstance(b, torch.Tensor) for b in a):
+            return False
+    return True
+
+
+def _written(func) -> list:
+    """Positions of the arguments ``func`` writes into (in-place ops and ``out=``)."""
+    return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _local(a):
+    return a.local if type(a) is ShardedTensor else a
+
+
+def layout_dispatch(func, args, kwargs):
+    """Run ``func`` if one of its ShardedTensor operands has a layout the rules do not
+    handle; NotImplemented otherwise (the op goes to its rule)."""
+    odd = [x for x in _sharded(args, kwargs) if not is_simple(spec(x)[1])]
+    if not odd or func in _PASS:
+        return NotImplemented
+    mesh, pl, coord = spec(odd[0])
+    if _keeps(func, args, kwargs, pl):
+        out = func(*[_local(a) for a in args], **{k: _local(v) for k, v in kwargs.items()})
+        written = _written(func)
+        if written and written[0] == 0:
+            return args[0]
+        meta = global_meta(func, args, kwargs)
+        if type(meta) is not TensorMeta:
+            return NotImplemented
+        return wrap_out(out, meta, mesh, pl, coord)
+    moved: dict = {}
+
+    def simple(a):
+        if type(a) is ShardedTensor:
+            p = spec(a)[1]
+            if not is_simple(p):
+                if id(a) not in moved:
+                    moved[id(a)] = relayout(a, simple_target(p, mesh.shape))
+                return moved[id(a)]
+        elif type(a) in (list, tuple):
+            return type(a)(simple(b) for b in a)
+        return a
+
+    new_args = [simple(a) for a in args]
+    new_kwargs = {k: simple(v) for k, v in kwargs.items()}
+    out = func(*new_args, **new_kwargs)
+    names = [a.name for a in func._schema.arguments]
+    for i in _written(func):
+        x = args[i] if i < len(args) else kwargs.get(names[i])
+        if type(x) is ShardedTensor and id(x) in moved:
+            # The op wrote into the copy: bring the copy back into the operand's layout.
+            y = moved[id(x)]
+            x.local.copy_(relayout(y, spec(x)[1], x.shape, x.stride()).local)
+            if out is y:
+                out = x
+    if func.is_view:
+        for o in (out if type(out) in (list, tuple) else (out,)):
+            if type(o) is ShardedTensor:
+                o._gathered_view = func
+    return out
+
+
+LAYOUT_HOOK[0] = layout_dispatch
