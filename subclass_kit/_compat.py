@@ -904,3 +904,13 @@ def non_strided_result(func):
     mkldnn), else None."""
     packet = getattr(func, "overloadpacket", None)
     return None if packet is None else _NOT_STRIDED.get(packet.__name__)
+
+
+def root_mesh_dim(mesh):
+    """``(root mesh, dim)`` of a 1-D DeviceMesh sliced out of a larger one by dim name
+    (``mesh2d["dp"]``), or None (torch keeps the parent privately)."""
+    root = getattr(mesh, "_get_root_mesh", lambda: None)()
+    if root is None or root is mesh or mesh.ndim != 1:
+        return None
+    dim = mesh._get_root_mesh_dim()
+    return None if dim is None else (root, dim)

@@ -17,9 +17,11 @@ the compiler can schedule it.
 
 With tensor parallelism (``parallelize`` first, over the ``tp`` dim of a 2-D mesh; then
 ``data_parallel`` over its ``dp`` dim): a parameter that is already a ShardedTensor on the
-TP mesh has its TP shard held sharded over dp (dim 0), and the parametrization rebuilds the
-TP parameter from the gathered shard (``from_local`` on the TP mesh), as SimpleFSDP's
-FSDP + TP does; the optimizer steps on the dp shards of the TP shards.
+TP mesh is stored on the 2-D mesh, its dim 0 sharded over dp on top of TP's shard (the
+strided layout, ``[_StridedShard(0, split_factor=tp), Shard(0)]`` for a Colwise weight, as
+SimpleFSDP stores it; ``full_tensor()`` is the dense parameter). The parametrization
+gathers the TP shard over dp and rebuilds the TP parameter (``from_local`` on the TP
+mesh), as SimpleFSDP's FSDP + TP does.
 """
 
 from __future__ import annotations
@@ -31,10 +33,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from .. import _compat
 from .convert import distribute, from_local
 from .errors import ParallelizeError
 from .mesh import MeshLike, MeshRef, mesh_ref
-from .placements import Partial, Placement, Replicate, Shard
+from ._layout import contiguous_strides
+from .placements import Partial, Placement, Replicate, Shard, _StridedShard
 from .tensor import ShardedTensor
 
 __all__ = ["MixedPrecisionPolicy", "data_parallel", "MODES"]
@@ -77,11 +81,15 @@ class _Spec:
     param_dtype: Any
     reduce_dtype: Any
     tp: Any = None  # (mesh, placements, shape, stride) of a TP parameter, else None
+    dp: Any = None  # (dp placements, TP-shard shape) of a TP parameter stored on the 2-D mesh
 
 
 def _replicate_compute(module: nn.Module, name: str):
     p = module._parameters[name]
     s = module._kit_dp[name]
+    if s.dp is not None:
+        # Stored on the (dp, tp) mesh: this rank's piece is its dp shard of the TP shard.
+        p = from_local(p.to_local(), s.mesh, s.dp[0], shape=s.dp[1], stride=contiguous_strides(s.dp[1]))
     full = p.redistribute(s.mesh, s.compute, forward_dtype=s.param_dtype, backward_dtype=s.reduce_dtype)
     local = full.to_local(grad_placements=s.grad)
     if s.tp is None:
@@ -108,10 +116,32 @@ def _wrap_class(module: nn.Module, names: tuple) -> None:
     module.__class__ = cls
 
 
-def _dp_param(p: torch.Tensor, ref: MeshRef, placements: tuple, what: str):
-    """The stored parameter and its TP spec (None for a plain parameter)."""
+def _spanned(dp_mesh, tp: ShardedTensor, placements: tuple):
+    """The 2-D (dp, tp) mesh both 1-D meshes were sliced from and the parameter's placements
+    on it (dp's shard of dim 0 on top of TP's: strided when TP shards dim 0 too), or None."""
+    if len(placements) != 1 or tp.mesh.ndim != 1:
+        return None
+    dp_root, tp_root = _compat.root_mesh_dim(dp_mesh), _compat.root_mesh_dim(tp.device_mesh)
+    if dp_root is None or tp_root is None or dp_root[0] is not tp_root[0] or dp_root[0].ndim != 2:
+        return None
+    root, (dp_dim, tp_dim) = dp_root[0], (dp_root[1], tp_root[1])
+    tp_pl, dp_pl = tp.placements[0], placements[0]
+    if dp_pl.is_shard() and tp_pl.is_shard(dp_pl.dim):
+        # torch's order of a dim split by two mesh dims is right to left; the dp dim comes
+        # first here, so it splits each TP shard: strided.
+        if dp_dim > tp_dim:
+            return None
+        dp_pl = _StridedShard(dp_pl.dim, split_factor=tp.mesh.size())
+    spanned = [None, None]
+    spanned[dp_dim], spanned[tp_dim] = dp_pl, tp_pl
+    return root, spanned
+
+
+def _dp_param(p: torch.Tensor, dp_mesh, ref: MeshRef, placements: tuple, what: str):
+    """The stored parameter, its TP spec (None for a plain parameter) and its dp spec (None
+    unless stored on the 2-D mesh)."""
     if not isinstance(p, ShardedTensor):
-        return distribute(p.detach(), ref, placements), None
+        return distribute(p.detach(), ref, placements), None, None
     if p.mesh == ref:
         raise ParallelizeError(
             f"data_parallel: parameter {what!r} is already a ShardedTensor on the data-parallel mesh {ref}; "
@@ -120,7 +150,14 @@ def _dp_param(p: torch.Tensor, ref: MeshRef, placements: tuple, what: str):
     if any(type(q) is Partial for q in p.placements):
         raise ParallelizeError(f"data_parallel: parameter {what!r} is {p.placements}; a parameter cannot be Partial.")
     tp = (p.mesh, p.placements, tuple(p.shape), tuple(p.stride()))
-    return distribute(p.to_local().detach(), ref, placements), tp
+    local = p.to_local().detach()
+    mine = distribute(local, ref, placements)
+    spanned = _spanned(dp_mesh, p, placements) if not isinstance(dp_mesh, MeshRef) else None
+    if spanned is None:
+        return mine, tp, None
+    root, pls = spanned
+    stored = from_local(mine.to_local(), root, pls, shape=tp[2], stride=tp[3])
+    return stored, tp, (placements, tuple(local.shape))
 
 
 def data_parallel(model: nn.Module, mesh: MeshLike, *, mode: str = "fully_shard",
@@ -191,11 +228,11 @@ def data_parallel(model: nn.Module, mesh: MeshLike, *, mode: str = "fully_shard"
             p = mod._parameters[n]
             what = f"{mod_name}.{n}" if mod_name else n
             if id(p) not in done:
-                stored, tp = _dp_param(p, ref, placements, what)
-                done[id(p)] = (nn.Parameter(stored, requires_grad=p.requires_grad), tp)
-            new, tp = done[id(p)]
+                stored, tp, dp = _dp_param(p, mesh, ref, placements, what)
+                done[id(p)] = (nn.Parameter(stored, requires_grad=p.requires_grad), tp, dp)
+            new, tp, dp = done[id(p)]
             mod._parameters[n] = new
-            specs[n] = _Spec(ref, compute, grad, mp.param_dtype, mp.reduce_dtype, tp)
+            specs[n] = _Spec(ref, compute, grad, mp.param_dtype, mp.reduce_dtype, tp, dp)
         mod._kit_dp = specs
         _wrap_class(mod, names)
     return model

@@ -110,7 +110,7 @@ def full_params(model) -> dict:
         for n in specs or ():
             p = mod._parameters[n].full_tensor()
             tp = specs[n].tp if hasattr(specs[n], "tp") else specs[n][4]
-            if tp is not None:  # the dp-gathered TP shard: gather it over tp
+            if tp is not None and getattr(specs[n], "dp", None) is None:  # a TP shard: gather it over tp
                 if isinstance(mod._parameters[n], ShardedTensor):
                     p = ShardedTensor.from_local(p, tp[0], tp[1], shape=tp[2], stride=tp[3]).full_tensor()
                 else:
