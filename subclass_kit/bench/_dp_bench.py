@@ -10,10 +10,11 @@ median of the training steps after the first (forward, backward with the gradien
 reductions, AdamW) and the first step (dominated by the compile).
 
 Each mode runs in its own freshly spawned world that first compiles and trains the dense
-model once (torch's one-time costs are paid by no implementation), then the kit and DTensor
-in turn, dynamo reset before each; ``rounds`` worlds per mode alternate which goes first,
-and each row keeps the fastest round. The inductor graph cache is off. Every row carries
-the loss difference to the dense model (``max_loss_diff_vs_dense``).
+model once (torch's one-time costs are paid by no implementation), then compiles the kit's
+model and DTensor's (the first step of each: its compile), then alternates their steps, so
+that load from other processes hits both alike; ``rounds`` worlds per mode alternate which
+is compiled first, and each row keeps the fastest round. The inductor graph cache is off.
+Every row carries the loss difference to the dense model (``max_loss_diff_vs_dense``).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import sys
 import time
 from typing import Any
 
-from .. import _compat
 from ._spawn import measure_on_ranks
 
 __all__ = ["run", "MODES", "dtensor_data_parallel"]
@@ -156,56 +156,76 @@ def _build(impl: str, mode: str, dim: int, layers: int):
     return dtensor_data_parallel(model, dp_mesh, dp_mode), dp_mesh
 
 
-def _train(model, fn, dp_index: int, dp_size: int, steps: int, batch: int, seq: int) -> tuple[list, list]:
-    import torch
-    import torch.nn.functional as F
+class _Trainer:
+    """One implementation's compiled model and optimizer; ``step()`` times one training step
+    on this rank's rows of the next batch and keeps the loss averaged over the world."""
 
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    g = torch.Generator().manual_seed(1)
-    times, losses = [], []
-    for _ in range(steps):
-        tokens = torch.randint(64, (batch, seq + 1), generator=g)
-        rows = tokens.chunk(dp_size)[dp_index]
+    def __init__(self, model, dp_index: int, dp_size: int, batch: int, seq: int, backend: str):
+        import torch
+
+        self.model, self.fn = model, torch.compile(model, backend=backend, fullgraph=True)
+        self.opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        self.g = torch.Generator().manual_seed(1)
+        self.dp, self.batch, self.seq = (dp_index, dp_size), batch, seq
+        self.times: list = []
+        self.losses: list = []
+
+    def step(self) -> None:
+        import torch
+        import torch.nn.functional as F
+
+        tokens = torch.randint(64, (self.batch, self.seq + 1), generator=self.g)
+        rows = tokens.chunk(self.dp[1])[self.dp[0]]
         t0 = time.perf_counter()
-        loss = F.cross_entropy(fn(rows[:, :-1]).flatten(0, 1), rows[:, 1:].flatten())
+        loss = F.cross_entropy(self.fn(rows[:, :-1]).flatten(0, 1), rows[:, 1:].flatten())
         loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - t0)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.times.append(time.perf_counter() - t0)
         total = loss.detach().clone()
         torch.distributed.all_reduce(total)
-        losses.append(total.item() / torch.distributed.get_world_size())
-    return losses, times
+        self.losses.append(total.item() / torch.distributed.get_world_size())
 
 
 def _sizes(quick: bool) -> dict:
-    return dict(dim=32, layers=2, steps=5, batch=8, seq=16) if quick else dict(dim=64, layers=4, steps=12, batch=8, seq=32)
+    return dict(dim=32, layers=1, steps=8, batch=8, seq=16) if quick else dict(dim=64, layers=4, steps=30, batch=8, seq=32)
+
+
+def _dense_losses(s: dict, backend: str | None) -> list:
+    dense = _model(s["dim"], s["layers"])
+    t = _Trainer(dense, 0, 1, s["batch"], s["seq"], backend or "eager")
+    if backend is None:
+        t.fn = dense
+    for _ in range(s["steps"] if backend is None else 1):
+        t.step()
+    return t.losses
 
 
 def _measure(quick: bool, backend: str, mode: str, order: tuple) -> dict:
-    """One world: the dense warm-up, then each impl of ``order``: ``{impl: {"step", "first",
-    "diff"}}`` (or ``{"error"}``)."""
-    import torch
-
+    """One world: the dense reference and a warm-up compile (torch's one-time costs), then
+    each impl of ``order`` built and compiled (its first step), then their steps alternated
+    (so load from other processes hits both alike): ``{impl: {"step", "first", "diff"}}``
+    (or ``{"error"}``)."""
     s = _sizes(quick)
-    dense = _model(s["dim"], s["layers"])
-    ref, _ = _train(dense, dense, 0, 1, s["steps"], s["batch"], s["seq"])
-    warm = _model(s["dim"], s["layers"])
-    _train(warm, torch.compile(warm, backend=backend, fullgraph=True), 0, 1, 1, s["batch"], s["seq"])
-    out = {}
+    ref = _dense_losses(s, None)
+    _dense_losses(s, backend)
+    trainers, out = {}, {}
     for impl in order:
-        _compat.dynamo_reset()
         try:
             model, dp_mesh = _build(impl, mode, s["dim"], s["layers"])
             coord = dp_mesh.get_coordinate()
             idx = coord[0] * (dp_mesh.shape[1] if len(coord) == 2 else 1) + (coord[1] if len(coord) == 2 else 0)
-            fn = torch.compile(model, backend=backend, fullgraph=True)
-            losses, times = _train(model, fn, idx, dp_mesh.size(), s["steps"], s["batch"], s["seq"])
+            trainers[impl] = _Trainer(model, idx, dp_mesh.size(), s["batch"], s["seq"], backend)
+            trainers[impl].step()
         except Exception as e:  # noqa: BLE001 - the row reports why
             out[impl] = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:200]}
-            continue
-        out[impl] = {"step": statistics.median(times[1:]), "first": times[0],
-                     "diff": max(abs(a - b) for a, b in zip(losses, ref))}
+            trainers.pop(impl, None)
+    for _ in range(s["steps"] - 1):
+        for t in trainers.values():
+            t.step()
+    for impl, t in trainers.items():
+        out[impl] = {"step": statistics.median(t.times[1:]), "first": t.times[0],
+                     "diff": max(abs(a - b) for a, b in zip(t.losses, ref))}
     return out
 
 

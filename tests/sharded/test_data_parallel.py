@@ -84,6 +84,10 @@ def test_mode_matches_dense_and_dtensor_collectives(mode):
     assert r["grad placements"] == r["stored placements"], r
     if mode == "replicate":
         assert r["stored placements"] == [repr((Replicate(),))]
+    if mode == "fsdp+tp":
+        # A TP parameter is stored on the (dp, tp) mesh: a Colwise weight's dim 0 split by
+        # dp on top of TP's split (the strided layout), a Rowwise weight (Shard(0), Shard(1)).
+        assert {"(_StridedShard(dim=0, sf=2), Shard(0))", "(Shard(0), Shard(1))"} <= set(r["stored placements"]), r
 
 
 @pytest.mark.dist

@@ -110,6 +110,23 @@ def test_chart_has_one_log_panel_per_suite_with_labels_and_ratios():
     assert {"subclass_kit", "plain tensor", "reference (= 1×)"} <= set(legend)
 
 
+def test_overview_has_one_headline_per_suite_and_each_suite_its_own_figure(tmp_path):
+    import statistics
+
+    rows = []
+    for suite in ("one", "two"):
+        for r in _fake_suite(world_sizes=(1, 2)).run(quick=True):
+            rows.append({"suite": suite, **r})
+    fig = chart.overview(rows, {"torch": torch.__version__})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["one", "two"]
+    kit = [r["ratio"] for r in rows if r["suite"] == "one" and r["kind"] == "kit"]
+    texts = [t.get_text() for t in ax.texts]
+    assert any(t.startswith(f"{statistics.median(kit):.2f}×  (2 cases") and "÷ torch thing" in t for t in texts), texts
+    assert chart.write_chart(str(tmp_path / "bench.png"), rows, {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench-one.png", "bench-two.png", "bench.png"]
+
+
 def test_missing_suite_is_reported_not_fatal(tmp_path):
     rows = bench.main(quick=True, out=str(tmp_path), suites=("no_such_bench",))
     assert rows == []
