@@ -26,7 +26,9 @@ import sys
 import time
 from typing import Any
 
+from .. import _compat
 from ._spawn import measure_on_ranks
+from ._tp_bench import _fastest
 
 __all__ = ["run", "MODES", "dtensor_data_parallel"]
 
@@ -77,7 +79,7 @@ def _model(dim: int, layers: int, vocab: int = 64):
 _DT_CLASSES: dict = {}
 
 
-def _dt_compute(module, name):
+def _dt_compute(module, name: str):
     from torch.distributed.tensor import DTensor
 
     p = module._parameters[name]
@@ -100,7 +102,9 @@ def dtensor_data_parallel(model, mesh, mode: str, mp_policy=None):
     from torch import nn
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
-    placements = {"fully_shard": [Shard(0)], "replicate": [Replicate()], "hybrid_shard": [Replicate(), Shard(0)]}[mode]
+    layouts: dict[str, list[Any]] = {"fully_shard": [Shard(0)], "replicate": [Replicate()],
+                                     "hybrid_shard": [Replicate(), Shard(0)]}
+    placements = layouts[mode]
     compute, grad = [Replicate()] * mesh.ndim, [Partial("avg")] * mesh.ndim
     mp = (getattr(mp_policy, "param_dtype", None), getattr(mp_policy, "reduce_dtype", None))
     done: dict = {}
@@ -122,7 +126,7 @@ def dtensor_data_parallel(model, mesh, mode: str, mp_policy=None):
         mod._dt_dp = specs
         key = (type(mod), names)
         if key not in _DT_CLASSES:
-            props = {n: property(lambda self, n=n: _dt_compute(self, n)) for n in names}
+            props = {n: property(functools.partial(_dt_compute, name=n)) for n in names}
             _DT_CLASSES[key] = type(f"DTensorDP{type(mod).__name__}", (type(mod),), props)
         mod.__class__ = _DT_CLASSES[key]
     return model
@@ -163,7 +167,8 @@ class _Trainer:
     def __init__(self, model, dp_index: int, dp_size: int, batch: int, seq: int, backend: str):
         import torch
 
-        self.model, self.fn = model, torch.compile(model, backend=backend, fullgraph=True)
+        self.counter = _compat.compile_counter(backend)
+        self.model, self.fn = model, torch.compile(model, backend=self.counter, fullgraph=True)
         self.opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         self.g = torch.Generator().manual_seed(1)
         self.dp, self.batch, self.seq = (dp_index, dp_size), batch, seq
@@ -224,7 +229,7 @@ def _measure(quick: bool, backend: str, mode: str, order: tuple) -> dict:
         for t in trainers.values():
             t.step()
     for impl, t in trainers.items():
-        out[impl] = {"step": statistics.median(t.times[1:]), "first": t.times[0],
+        out[impl] = {"step": statistics.median(t.times[1:]), "first": t.times[0], "graphs": t.counter.frame_count,
                      "diff": max(abs(a - b) for a, b in zip(t.losses, ref))}
     return out
 
@@ -240,19 +245,12 @@ def _rows(backend: str, mode: str, got: dict) -> list:
             if "error" in r:
                 row.update(median_us=float("nan"), error=r["error"])
             else:
-                row.update(median_us=round(r[key] * 1e6, 1), max_loss_diff_vs_dense=float(f"{r['diff']:.2e}"))
+                row.update(median_us=round(r[key] * 1e6, 1), graphs=r["graphs"],
+                           max_loss_diff_vs_dense=float(f"{r['diff']:.2e}"))
                 if "error" not in ref and ref:
                     row.update(ratio=round(r[key] / ref[key], 3), reference=_IMPLS["dtensor"])
             rows.append(row)
     return rows
-
-
-def _fastest(runs: list) -> dict:
-    bad = [r for r in runs if "error" in r]
-    if bad:
-        return bad[0]
-    return {"step": min(r["step"] for r in runs), "first": min(r["first"] for r in runs),
-            "diff": max(r["diff"] for r in runs)}
 
 
 def run(quick: bool = False, modes: tuple = tuple(MODES), rounds: int | None = None) -> list[dict]:

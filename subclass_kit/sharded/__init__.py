@@ -14,7 +14,7 @@ Example (one rank, no process group needed):
 
 from . import _ops  # noqa: F401  (registers the op table)
 from .convert import distribute as distribute
-from ._data_parallel import MixedPrecisionPolicy as MixedPrecisionPolicy, data_parallel as data_parallel
+from .data_parallelism import MixedPrecisionPolicy as MixedPrecisionPolicy, data_parallel as data_parallel
 from .errors import (
     MeshError as MeshError,
     ParallelizeError as ParallelizeError,

@@ -173,3 +173,18 @@ def test_sharded_suite_rows_kit_beside_dtensor():
         summary = next(r for r in rows if r["group"] == g and r["name"] == "median over ops"
                        and r["impl"] == "kit ShardedTensor")
         assert summary["ratio"] == pytest.approx(statistics.median(kit), abs=1e-3)
+
+
+@pytest.mark.dist
+@pytest.mark.slow  # a 4-rank world compiling two models
+def test_dp_suite_rows_kit_beside_dtensor():
+    from subclass_kit.bench import _dp_bench as dp_bench
+
+    rows = dp_bench.run(quick=True, modes=("replicate",))
+    assert {(r["group"], r["name"], r["impl"]) for r in rows} == {
+        ("data_parallel replicate aot_eager", case, impl)
+        for case in ("train step", "first step (compile)") for impl in ("kit data_parallel", "DTensor (SimpleFSDP)")
+    }
+    assert all("error" not in r and r["world_size"] == 4 and r["reference"] == "DTensor (SimpleFSDP)" for r in rows), rows
+    # Both train the dense model's losses, each in one graph.
+    assert all(r["max_loss_diff_vs_dense"] < 1e-4 and r["graphs"] == 1 for r in rows), rows

@@ -85,8 +85,8 @@ class _Spec:
 
 
 def _replicate_compute(module: nn.Module, name: str):
-    p = module._parameters[name]
-    s = module._kit_dp[name]
+    p: Any = module._parameters[name]
+    s: _Spec = getattr(module, "_kit_dp")[name]
     if s.dp is not None:
         # Stored on the (dp, tp) mesh: this rank's piece is its dp shard of the TP shard.
         p = from_local(p.to_local(), s.mesh, s.dp[0], shape=s.dp[1], stride=contiguous_strides(s.dp[1]))
@@ -98,6 +98,13 @@ def _replicate_compute(module: nn.Module, name: str):
     return from_local(local, tp_mesh, tp_placements, shape=shape, stride=stride)
 
 
+def _parametrized(name: str) -> property:
+    def get(self: nn.Module) -> torch.Tensor:
+        return _replicate_compute(self, name)
+
+    return property(get)
+
+
 # One class per (module class, parameter names): every block of a model shares it, so a
 # compiled block's code (and dynamo's cache) is shared too.
 _CLASSES: dict = {}
@@ -107,7 +114,7 @@ def _wrap_class(module: nn.Module, names: tuple) -> None:
     key = (type(module), names)
     cls = _CLASSES.get(key)
     if cls is None:
-        props = {n: property(lambda self, n=n: _replicate_compute(self, n)) for n in names}
+        props = {n: _parametrized(n) for n in names}
         cls = type(f"DataParallel{type(module).__name__}", (type(module),), props)
         # Importable by name, so a pickled model (or a graph that names the class) resolves it.
         cls.__module__ = __name__
