@@ -261,10 +261,10 @@ def run(quick: bool = False, modes: tuple = tuple(MODES), rounds: int | None = N
         >>> rows = run(quick=True, modes=("replicate",))  # doctest: +SKIP
     """
     rounds = (1 if quick else 2) if rounds is None else rounds
-    old = os.environ.get("TORCHINDUCTOR_FX_GRAPH_CACHE")
-    os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
+    from unittest import mock
+
     rows = []
-    try:
+    with mock.patch.dict(os.environ, {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}):  # cold first compiles, for all
         for backend in ("aot_eager",) if quick else ("aot_eager", "inductor"):
             for mode in modes:
                 runs: dict = {impl: [] for impl in _IMPLS}
@@ -277,11 +277,6 @@ def run(quick: bool = False, modes: tuple = tuple(MODES), rounds: int | None = N
                     for impl in _IMPLS:
                         runs[impl].append(got[impl])
                 rows += _rows(backend, mode, {k: _fastest(v) for k, v in runs.items()})
-    finally:
-        if old is None:
-            os.environ.pop("TORCHINDUCTOR_FX_GRAPH_CACHE", None)
-        else:
-            os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = old
     return rows
 
 
