@@ -1006,3 +1006,13 @@ def has_dynamic_marks(t: torch.Tensor) -> bool:
     """True when ``torch._dynamo.mark_dynamic`` (or a weak/unbacked mark) was applied to ``t``."""
     return any(hasattr(t, a) for a in ("_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices",
                                        "_dynamo_unbacked_indices"))
+
+
+def root_mesh_dim(mesh):
+    """``(root mesh, dim)`` of a 1-D DeviceMesh sliced out of a larger one by dim name
+    (``mesh2d["dp"]``), or None (torch keeps the parent privately)."""
+    root = getattr(mesh, "_get_root_mesh", lambda: None)()
+    if root is None or root is mesh or mesh.ndim != 1:
+        return None
+    dim = mesh._get_root_mesh_dim()
+    return None if dim is None else (root, dim)

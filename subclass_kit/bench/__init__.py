@@ -45,6 +45,7 @@ SUITES = (
     "_tp_bench",
     "_boundary_bench",
     "_jagged_bench",
+    "_dp_bench",
 )
 
 #: Who an implementation belongs to; decides its colour and legend entry in the chart.

@@ -1,11 +1,14 @@
-"""The benchmark chart: one panel per suite, each bar an implementation's time as a ratio to
-the reference implementation of its case, on a log axis (matplotlib, the ``bench`` extra)."""
+"""The benchmark charts (matplotlib, the ``bench`` extra): ``bench.png`` is the overview, one
+bar per suite, its headline (the median of the kit's ratios to the suite's anchor over its
+cases, with their range); ``bench-<suite>.png`` holds one suite's panel, each bar an
+implementation's time as a ratio to the reference implementation of its case, on a log
+axis. :func:`figure` draws every suite's panel in one figure."""
 
 from __future__ import annotations
 
 import logging
 
-__all__ = ["CHART_HINT", "figure", "write_chart"]
+__all__ = ["CHART_HINT", "figure", "headlines", "overview", "write_chart"]
 
 _log = logging.getLogger(__name__)
 
@@ -60,7 +63,8 @@ def _cases(rows: list) -> list:
 
 
 def write_chart(path: str, rows: list, env: dict) -> bool:
-    """Draw ``rows`` (as ``bench.main`` collects them) into the PNG ``path``.
+    """Draw the overview of ``rows`` (as ``bench.main`` collects them) into the PNG ``path``
+    and each suite's panel beside it (``bench-<suite>.png`` for ``path`` ``bench.png``).
 
     Returns False, writing nothing, when matplotlib is not installed.
 
@@ -70,13 +74,89 @@ def write_chart(path: str, rows: list, env: dict) -> bool:
         >>> write_chart(str(path), [], {}), path.read_bytes()[:4]
         (True, b'\\x89PNG')
     """
+    import os
+
     try:
-        fig = figure(rows, env)
+        fig = overview(rows, env)
     except ImportError:
         return False
     fig.savefig(path, dpi=110)
-    _log.debug("chart: %d panels into %s", len(fig.axes), path)
+    stem, ext = os.path.splitext(path)
+    for suite in dict.fromkeys(r["suite"] for r in rows if "ratio" in r and "reference" in r):
+        figure([r for r in rows if r["suite"] == suite], env).savefig(f"{stem}-{suite}{ext}", dpi=110)
+    _log.debug("chart: overview and per-suite panels into %s", path)
     return True
+
+
+def headlines(rows: list) -> list:
+    """``[(suite, median, lowest, highest, cases, anchor)]``: per suite, the median of the
+    kit's ratios to the reference over its cases (``kind == "kit"`` rows), their range, how
+    many cases, and the reference(s) they were divided by.
+
+    Example:
+        >>> rows = [{"suite": "s", "impl": "kit", "kind": "kit", "ratio": r, "reference": "torch"} for r in (0.5, 1.0, 2.0)]
+        >>> headlines(rows)
+        [('s', 1.0, 0.5, 2.0, 3, 'torch')]
+    """
+    import statistics
+
+    by: dict = {}
+    for r in rows:
+        if r.get("kind") == "kit" and "ratio" in r and "reference" in r and r["impl"] != r["reference"]:
+            by.setdefault(r["suite"], []).append(r)
+    out = []
+    for suite, rs in by.items():
+        ratios = [r["ratio"] for r in rs]
+        anchors = ", ".join(dict.fromkeys(r["reference"] for r in rs))
+        out.append((suite, statistics.median(ratios), min(ratios), max(ratios), len(ratios), anchors))
+    return out
+
+
+def overview(rows: list, env: dict):
+    """The overview ``Figure``: one bar per suite, its headline ratio (:func:`headlines`) on a
+    log axis, the range of its cases as a whisker.
+
+    Raises ImportError when matplotlib is not installed.
+
+    Example:
+        >>> row = {"suite": "s", "group": "g", "name": "op", "impl": "kit", "kind": "kit",
+        ...        "median_us": 2.0, "ratio": 2.0, "reference": "torch"}
+        >>> overview([row], {}).axes[0].get_yticklabels()[0].get_text()
+        's'
+    """
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    heads = headlines(rows)
+    fig = Figure(figsize=(11, 0.55 * max(len(heads), 1) + 1.8), layout="constrained")
+    ax = fig.subplots()
+    fig.suptitle(
+        "subclass-kit bench: each suite's headline, the kit's time as a ratio to its anchor\n"
+        "(median over the suite's cases, whisker: their range; log scale; < 1 is faster; "
+        f"torch {env.get('torch', '?')}{', quick run' if env.get('quick') else ''})", fontsize=11)
+    if not heads:
+        ax.text(0.5, 0.5, "no rows", ha="center", va="center")
+        ax.set_axis_off()
+        return fig
+    for y, (suite, med, lo, hi, n, anchor) in enumerate(heads):
+        ax.barh(y, med - 1, left=1, height=0.6, color=_COLOURS["kit"], edgecolor="black", linewidth=0.4)
+        ax.plot([lo, hi], [y, y], color="black", linewidth=1.0, zorder=3)
+        ax.plot([med], [y], marker="D", markersize=5, color=_COLOURS["kit"], markeredgecolor="black", zorder=4)
+        ax.annotate(f"{med:.2f}×  ({n} case{'s' if n != 1 else ''}, {lo:.2f}–{hi:.2f}×; ÷ {anchor})",
+                    (max(hi, med), y), xytext=(6, 0), textcoords="offset points", va="center", fontsize=8.5)
+    lo = min(min(h[2] for h in heads), 1.0)
+    hi = max(max(h[3] for h in heads), 1.0)
+    ax.set_xscale("log")
+    ax.set_xlim(lo / 2.0, hi * 8.0)
+    ax.set_ylim(len(heads) - 0.4, -0.6)
+    ax.axvline(1.0, color="black", linewidth=1.2)
+    ax.set_yticks(range(len(heads)), [h[0] for h in heads], fontsize=9)
+    ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.grid(axis="x", which="major", color="#eeeeee", linewidth=0.6)
+    ax.set_axisbelow(True)
+    return fig
 
 
 def figure(rows: list, env: dict):

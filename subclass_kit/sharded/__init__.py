@@ -23,6 +23,7 @@ from .factories import (
     zeros as zeros,
 )
 from .module import distribute_module as distribute_module
+from .data_parallelism import MixedPrecisionPolicy as MixedPrecisionPolicy, data_parallel as data_parallel
 from .errors import (
     MeshError as MeshError,
     ParallelizeError as ParallelizeError,
@@ -74,6 +75,8 @@ __all__ = [
     "rand",
     "randn",
     "parallelize",
+    "data_parallel",
+    "MixedPrecisionPolicy",
     "ColwiseParallel",
     "RowwiseParallel",
     "SequenceParallel",

@@ -148,12 +148,23 @@ class ShardedTensor(WrapperTensor):
         """
         return to_local(self, grad_placements)
 
-    def redistribute(self, mesh: MeshLike | None = None, placements: Sequence[Placement] | None = None, *, async_op: bool = False) -> "ShardedTensor":
+    def redistribute(self, mesh: MeshLike | None = None, placements: Sequence[Placement] | None = None, *,
+                     async_op: bool = False, forward_dtype: torch.dtype | None = None,
+                     backward_dtype: torch.dtype | None = None) -> "ShardedTensor":
         """The same global tensor with other placements (differentiable; collectives as needed).
 
         ``async_op=True`` (eager, as DTensor's): return as soon as the collectives are
         issued; the result's local is a pending ``AsyncCollectiveTensor`` that waits at first
         use (under torch.compile the graph schedules the waits, and this changes nothing).
+
+        ``forward_dtype`` (as DTensor's): cast the local to it before the forward
+        collectives; the result has that dtype. ``backward_dtype``: the gradient is cast to
+        it before the backward collectives (default: this tensor's dtype) and back to this
+        tensor's dtype after. Mixed-precision data parallelism all-gathers in bf16 and
+        reduces gradients in fp32 this way.
+
+        The backward always brings the gradient to this tensor's placements (a Partial
+        gradient of a Replicate -> Replicate move is all-reduced there), as DTensor's does.
 
         Example:
             >>> import torch
@@ -161,11 +172,18 @@ class ShardedTensor(WrapperTensor):
             >>> x = distribute(torch.ones(4, 2), MeshRef.local(), [Shard(0)])
             >>> x.redistribute(x.mesh, [Replicate()]).placements
             (Replicate(),)
+            >>> x.redistribute(x.mesh, [Replicate()], forward_dtype=torch.bfloat16).dtype
+            torch.bfloat16
         """
-        return redistribute(self, mesh, placements, async_op=async_op)
+        return redistribute(self, mesh, placements, async_op=async_op, forward_dtype=forward_dtype,
+                            backward_dtype=backward_dtype)
 
-    def full_tensor(self) -> torch.Tensor:
+    def full_tensor(self, *, grad_placements: Sequence[Placement] | None = None) -> torch.Tensor:
         """The whole global tensor on every rank, as a plain tensor (differentiable).
+
+        ``grad_placements`` (as DTensor's): the placements the gradient of the result
+        arrives with (default: Replicate), e.g. ``[Partial()]`` when each rank's gradient is
+        only its addend of the total.
 
         Example:
             >>> import torch
@@ -174,7 +192,7 @@ class ShardedTensor(WrapperTensor):
             tensor([0., 1., 2., 3.])
         """
         full = redistribute(self, None, (Replicate(),) * self.mesh.ndim)
-        return to_local(full, None)
+        return to_local(full, grad_placements)
 
     def to_plain(self) -> torch.Tensor:
         """The dense global tensor (``full_tensor()``; a collective on a multi-rank mesh)."""
@@ -568,33 +586,48 @@ class _ToLocal(torch.autograd.Function):
         return wrap(grad, mesh, placements, coord, shape, stride, dtype), None
 
 
+def _cast(x: ShardedTensor, dtype) -> ShardedTensor:
+    """``x`` with its local cast to ``dtype``, below autograd (no communication)."""
+    if dtype is None or x.dtype == dtype:
+        return x
+    mesh, placements, coord = spec(x)
+    return wrap(x.local.to(dtype), mesh, placements, coord, x.shape, x.stride(), dtype)
+
+
 class _Redistribute(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, placements, async_op=False):
+    def forward(ctx, x, placements, async_op=False, forward_dtype=None, backward_dtype=None):
         mesh, ctx.src, coord = spec(x)
         ctx.where = (mesh, coord, x.shape, x.stride())
+        # The backward collective runs in backward_dtype (default: the input's), and the
+        # gradient returns in the input's dtype, as DTensor's.
+        ctx.dtypes = (backward_dtype or x.dtype, x.dtype)
+        x = _cast(x, forward_dtype)
         if async_op:
             from ._comm import async_op as pending
 
             with pending():
                 return relayout(x, placements)
-        return relayout(x, placements)
+        return relayout(x, placements) if placements != ctx.src else wrap(
+            x.local.view_as(x.local), mesh, placements, coord, x.shape, x.stride(), x.dtype)
 
     @staticmethod
     def backward(ctx, grad):
         target = tuple(Replicate() if type(p) is Partial else p for p in ctx.src)
+        op_dtype, out_dtype = ctx.dtypes
         if not isinstance(grad, ShardedTensor):
             # A plain gradient is the whole global gradient: this rank keeps its part.
             mesh, coord, shape, stride = ctx.where
-            return wrap(redistribute_local(grad, mesh, coord, (Replicate(),) * len(target), target, shape),
-                        mesh, target, coord, shape, stride, grad.dtype), None, None
-        if placements_of(grad) == target:
-            return grad, None, None
-        # The forward's global shape, not the tangent's: under dynamic shapes the tangent's
-        # outer sizes are fresh symbols the backward graph has no input for (a gather's
-        # narrow to them made AOTAutograd recurse forever), the forward's are traced values.
-        _, _, shape, stride = ctx.where
-        return relayout(grad, target, shape, stride), None, None
+            g = redistribute_local(grad.to(op_dtype), mesh, coord, (Replicate(),) * len(target), target, shape)
+            return wrap(g.to(out_dtype), mesh, target, coord, shape, stride, out_dtype), None, None, None, None
+        grad = _cast(grad, op_dtype)
+        if placements_of(grad) != target:
+            # The forward's global shape, not the tangent's: under dynamic shapes the tangent's
+            # outer sizes are fresh symbols the backward graph has no input for (a gather's
+            # narrow to them made AOTAutograd recurse forever), the forward's are traced values.
+            _, _, shape, stride = ctx.where
+            grad = relayout(grad, target, shape, stride)
+        return _cast(grad, out_dtype), None, None, None, None
 
 
 # ---- graph functions (one call node each under torch.compile) ------------------------------
@@ -645,7 +678,7 @@ def _to_local(x, grad_placements):
 
 
 @_compat.allow_in_graph
-def _redistribute(x, ref, placements, async_op=False):
+def _redistribute(x, ref, placements, async_op=False, forward_dtype=None, backward_dtype=None):
     mesh, current, _ = spec(x)
     if ref is not None and ref != mesh:
         raise MeshError(
@@ -655,9 +688,14 @@ def _redistribute(x, ref, placements, async_op=False):
     pl = current if placements is None else normalize_placements(
         placements, mesh.ndim, x.dim(), what="ShardedTensor.redistribute"
     )
-    if pl == current:
-        return x
-    return _Redistribute.apply(x, pl, bool(async_op))
+    if forward_dtype == x.dtype:
+        forward_dtype = None
+    if pl == current and forward_dtype is None and (backward_dtype is None or not x.requires_grad):
+        # Nothing moves; but a gradient must still come back in this tensor's placements
+        # (to_local(grad_placements=[Partial()]) of a Replicate one: the backward reduces it).
+        if not (x.requires_grad and torch.is_grad_enabled()):
+            return x
+    return _Redistribute.apply(x, pl, bool(async_op), forward_dtype, backward_dtype)
 
 
 # ---- public -------------------------------------------------------------------------------
@@ -699,7 +737,8 @@ def to_local(x, grad_placements=None) -> torch.Tensor:
     return _to_local(x, None if grad_placements is None else list(grad_placements))
 
 
-def redistribute(x, mesh=None, placements=None, *, async_op: bool = False) -> ShardedTensor:
+def redistribute(x, mesh=None, placements=None, *, async_op: bool = False, forward_dtype=None,
+                 backward_dtype=None) -> ShardedTensor:
     """See :meth:`ShardedTensor.redistribute`."""
     return _redistribute(x, None if mesh is None else mesh_ref(mesh), None if placements is None else list(placements),
-                         async_op)
+                         async_op, forward_dtype, backward_dtype)

@@ -54,6 +54,7 @@ _MODULES = [
     "subclass_kit.sharded.convert",
     "subclass_kit.sharded.parallel",
     "subclass_kit.sharded.loss",
+    "subclass_kit.sharded.data_parallelism",
     "subclass_kit.sharded._ops.matrix",
     "subclass_kit.sharded._ops.view",
     "subclass_kit.sharded._ops.as_strided",

@@ -110,6 +110,23 @@ def test_chart_has_one_log_panel_per_suite_with_labels_and_ratios():
     assert {"subclass_kit", "plain tensor", "reference (= 1×)"} <= set(legend)
 
 
+def test_overview_has_one_headline_per_suite_and_each_suite_its_own_figure(tmp_path):
+    import statistics
+
+    rows = []
+    for suite in ("one", "two"):
+        for r in _fake_suite(world_sizes=(1, 2)).run(quick=True):
+            rows.append({"suite": suite, **r})
+    fig = chart.overview(rows, {"torch": torch.__version__})
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["one", "two"]
+    kit = [r["ratio"] for r in rows if r["suite"] == "one" and r["kind"] == "kit"]
+    texts = [t.get_text() for t in ax.texts]
+    assert any(t.startswith(f"{statistics.median(kit):.2f}×  (2 cases") and "÷ torch thing" in t for t in texts), texts
+    assert chart.write_chart(str(tmp_path / "bench.png"), rows, {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench-one.png", "bench-two.png", "bench.png"]
+
+
 def test_missing_suite_is_reported_not_fatal(tmp_path):
     rows = bench.main(quick=True, out=str(tmp_path), suites=("no_such_bench",))
     assert rows == []
@@ -185,3 +202,18 @@ def test_jagged_suite_rows_kit_beside_njt_and_dense():
     assert all("no backward" in r["note"] for r in rows if r["group"].endswith("backward"))
     assert by[("jagged eager forward", "torch NJT")]["ratio"] == 1.0
     assert all(r["median_us"] > 0 for r in rows)
+
+
+@pytest.mark.dist
+@pytest.mark.slow  # a 4-rank world compiling two models
+def test_dp_suite_rows_kit_beside_dtensor():
+    from subclass_kit.bench import _dp_bench as dp_bench
+
+    rows = dp_bench.run(quick=True, modes=("replicate",))
+    assert {(r["group"], r["name"], r["impl"]) for r in rows} == {
+        ("data_parallel replicate aot_eager", case, impl)
+        for case in ("train step", "first step (compile)") for impl in ("kit data_parallel", "DTensor (SimpleFSDP)")
+    }
+    assert all("error" not in r and r["world_size"] == 4 and r["reference"] == "DTensor (SimpleFSDP)" for r in rows), rows
+    # Both train the dense model's losses, each in one graph.
+    assert all(r["max_loss_diff_vs_dense"] < 1e-4 and r["graphs"] == 1 for r in rows), rows

@@ -1,0 +1,123 @@
+"""``data_parallel`` (SimpleFSDP's design on ShardedTensor): FSDP, DDP, HSDP and FSDP+TP on 4
+gloo ranks train torch's TP-test Transformer as the dense model does (eager and compiled),
+with the same collectives in the compiled forward and backward as the same design on
+torch's DTensor; mixed precision gathers in bf16 and reduces in fp32; docs/data_parallel.md
+runs; bad input is refused."""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+
+import pytest
+import torch
+
+from kit_helpers.docs import NEEDS_PG, check_printed, plan, run_blocks
+from kit_helpers.harness import world
+from subclass_kit.sharded import MeshRef, ParallelizeError, Partial, Replicate, Shard, data_parallel, distribute
+
+from sharded import _dp_tasks
+
+TIMEOUT = 900.0
+DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "data_parallel.md"
+AG, RS, AR = "all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce"
+
+
+def _kinds(graphs: dict) -> set:
+    return {k.split()[0] for k in graphs}
+
+
+# ---- in process --------------------------------------------------------------------------------
+def test_redistribute_dtypes_and_grad_placements_on_one_rank():
+    m = MeshRef.local()
+    w = distribute(torch.randn(4, 3), m, [Replicate()]).requires_grad_(True)
+    y = w.redistribute(m, [Replicate()], forward_dtype=torch.bfloat16, backward_dtype=torch.float32)
+    assert y.dtype == torch.bfloat16 and y.to_local().dtype == torch.bfloat16
+    y.to_local(grad_placements=[Partial("avg")]).float().sum().backward()
+    # The Partial gradient of a Replicate -> Replicate move is reduced by its backward, and
+    # returns in the parameter's dtype.
+    assert w.grad.placements == (Replicate(),) and w.grad.dtype == torch.float32
+    w.grad = None
+    w.full_tensor(grad_placements=[Partial()]).sum().backward()
+    assert w.grad.placements == (Replicate(),)
+    torch.testing.assert_close(w.grad.full_tensor(), torch.ones(4, 3))
+
+
+def test_bad_input_is_refused_with_the_fix():
+    with pytest.raises(ParallelizeError, match=r"mode='zero3' is not one of 'fully_shard', 'replicate', 'hybrid_shard'"):
+        data_parallel(torch.nn.Linear(2, 2), MeshRef.local(), mode="zero3")
+    with pytest.raises(ParallelizeError, match=r"needs a 2-D mesh, got a 1-D one"):
+        data_parallel(torch.nn.Linear(2, 2), MeshRef.local(), mode="hybrid_shard")
+    lin = data_parallel(torch.nn.Linear(2, 2), MeshRef.local())
+    with pytest.raises(ParallelizeError, match="already data parallel"):
+        data_parallel(lin, MeshRef.local())
+
+
+def test_tied_parameters_stay_tied():
+    model = torch.nn.Sequential(torch.nn.Embedding(4, 3), torch.nn.Linear(3, 4, bias=False))
+    model[1].weight = model[0].weight
+    data_parallel(model, MeshRef.local(), mode="fully_shard")
+    assert model[0]._parameters["weight"] is model[1]._parameters["weight"]
+    assert len(list(model.parameters())) == 1
+
+
+# ---- on 4 ranks --------------------------------------------------------------------------------
+_EXPECTED = {  # the collective kinds each mode needs, forward and backward
+    "fully_shard": ({AG}, {RS}),
+    "replicate": (set(), {AR}),
+    "hybrid_shard": ({AG}, {RS, AR}),
+    "fsdp+tp": ({AG, AR}, {RS, AR}),  # TP's own all-reduces beside FSDP's gather / reduce-scatter
+}
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("mode", list(_EXPECTED))
+def test_mode_matches_dense_and_dtensor_collectives(mode):
+    r = world(4).run(_dp_tasks.train_modes, mode, timeout=TIMEOUT)[0]
+    coll = r["collectives"]
+    # The compiled graphs communicate as the same design on DTensor does: the same
+    # collectives, as many, in the same dtypes; the gradient reduction is in the backward.
+    assert coll["kit"] == coll["dtensor"], coll
+    fw, bw = _EXPECTED[mode]
+    assert _kinds(coll["kit"]["fw"]) == fw and _kinds(coll["kit"]["bw"]) == bw, coll
+    # Eager: every gradient is reduced into the parameter's own layout (never left Partial).
+    assert r["grad placements"] == r["stored placements"], r
+    if mode == "replicate":
+        assert r["stored placements"] == [repr((Replicate(),))]
+    if mode == "fsdp+tp":
+        # A TP parameter is stored on the (dp, tp) mesh: a Colwise weight's dim 0 split by
+        # dp on top of TP's split (the strided layout), a Rowwise weight (Shard(0), Shard(1)).
+        assert {"(_StridedShard(dim=0, sf=2), Shard(0))", "(Shard(0), Shard(1))"} <= set(r["stored placements"]), r
+
+
+@pytest.mark.dist
+def test_mixed_precision_gathers_bf16_reduces_fp32():
+    r = world(4).run(_dp_tasks.train_modes, "fully_shard", True, timeout=TIMEOUT)[0]
+    coll = r["collectives"]
+    assert coll["kit"] == coll["dtensor"], coll
+    assert set(coll["kit"]["fw"]) == {f"{AG} bfloat16"}, coll
+    assert set(coll["kit"]["bw"]) == {f"{RS} float32"}, coll
+
+
+@pytest.mark.dist
+@pytest.mark.slow
+def test_fully_shard_inductor_matches_dense():
+    world(4).run(_dp_tasks.train_modes, "fully_shard", False, "inductor", timeout=TIMEOUT)
+
+
+# ---- the page ----------------------------------------------------------------------------------
+_run = functools.partial(run_blocks, doc_name=DOC.name, module="docs_data_parallel")
+
+
+def test_page_blocks_in_process():
+    codes, checks = plan(DOC, NEEDS_PG, marked=False)
+    assert len(codes) >= 1 and len(checks) == len(codes)
+    check_printed(_run(codes), codes, checks, doc_name=DOC.name, who="this process")
+
+
+@pytest.mark.dist
+def test_page_blocks_on_two_ranks():
+    codes, checks = plan(DOC, NEEDS_PG, marked=True)
+    assert len(codes) >= 3 and len(checks) == len(codes)
+    printed = world(2).run(_run, codes, timeout=300.0)[0]
+    check_printed(printed, codes, checks, doc_name=DOC.name, who="rank 0")
