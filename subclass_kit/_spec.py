@@ -337,6 +337,10 @@ def note_meta_value(cls, qual: str, name: str, value: Any) -> None:
     from . import _compat
     from .errors import MetaRecompileWarning
 
+    # Only a sequence of ints is data-shaped (offsets, lengths): a scalar meta field with many
+    # values (a tag, a block size swept in a benchmark) is a legitimate per-graph constant.
+    if not (isinstance(value, (tuple, list)) and value and all(isinstance(v, int) for v in value)):
+        return
     seen = _DISTINCT.setdefault(cls, {})
     n = seen.get(name, 0) + 1
     seen[name] = n
@@ -344,12 +348,9 @@ def note_meta_value(cls, qual: str, name: str, value: Any) -> None:
     if n != limit + 1 or _compat.is_compiling():
         return
     kind = type(value).__name__
-    data = isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value)
     fix = (
         f"declare {name} an inner() tensor instead (an int64 tensor of the {len(value)} values; "
         "a varying length then is a dynamic size, not a new graph)"
-        if data else
-        f"declare {name} an inner() tensor, or derive it from a size (a dim of an inner tensor)"
     )
     warnings.warn(
         f"{qual}.{name} is a meta field and has taken {n} different values ({kind}, e.g. "

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import warnings
 
+import torch
+
 from . import _compat
 from .errors import SizeSpecializedWarning, SymbolicSizeError
 
@@ -44,7 +46,14 @@ def run_traced(cls, name: str, h, env, func, types, args, kwargs):
         ) from e
     after = _compat.fixed_symbols(env)
     if len(after) > len(before):
-        new = {k: v for k, v in after.items() if k not in before}
+        # A size pinned to a value that a static size of the operands also has is the op's
+        # own shape check (mm's inner dims must match a static weight): torch requires it, the
+        # author did nothing wrong. Only a pin to some other value is named.
+        static = _static_sizes((args, kwargs))
+        new = {k: v for k, v in after.items() if k not in before and v not in static}
+    else:
+        new = {}
+    if new:
         sizes = ", ".join(
             f"{' / '.join(_compat.symbol_sources(env, k)) or k} = {v}" for k, v in new.items()
         )
@@ -57,4 +66,23 @@ def run_traced(cls, name: str, h, env, func, types, args, kwargs):
             SizeSpecializedWarning,
             stacklevel=2,
         )
+    return out
+
+
+def _static_sizes(tree) -> set:
+    """Every plain-int size of the tensors in ``tree``, inner tensors of wrappers included."""
+    out: set = set()
+    stack = [tree]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, (list, tuple)):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, torch.Tensor):
+            out.update(d for d in v.shape if type(d) is int)
+            flatten = getattr(type(v), "__tensor_flatten__", None)
+            if flatten is not None:
+                names, _ = flatten(v)
+                stack.extend(getattr(v, n) for n in names)
     return out

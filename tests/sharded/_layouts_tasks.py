@@ -19,6 +19,7 @@ from subclass_kit.sharded.placements import is_simple
 
 from sharded._mesh2d_tasks import mesh
 from sharded._tp_upstream_tasks import Comms
+from sharded._meshes import strides as _strides
 
 close = torch.testing.assert_close
 R, P = Replicate(), Partial("sum")
@@ -263,7 +264,7 @@ def fsdp_tp() -> dict:
         for name, w in stored.items():
             q, shape = tp_layout[name]
             local = w.redistribute(m, [R, q]).to_local(grad_placements=[P, q])
-            params[name] = ShardedTensor.from_local(local, tp, [q], shape=shape)
+            params[name] = ShardedTensor.from_local(local, tp, [q], shape=shape, stride=_strides(tuple(shape)))
     gathers = c.total()
     rows = x.chunk(2)[dp_coord]
     y = torch.func.functional_call(model, params, (rows,))

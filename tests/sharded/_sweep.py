@@ -91,12 +91,11 @@ def _to_plain(t):
 
 
 def _lay_out_fn(impl_name: str, mesh, layout: str):
-    cls, Shard, Replicate, Partial, extra = _classes(impl_name)
+    cls, Shard, Replicate, Partial, _ = _classes(impl_name)
     rank, world = dist.get_rank(), dist.get_world_size()
 
     def local(t, pl, d):
-        kw = {"stride": torch.empty(t.shape, device="meta").stride()} if "stride" in extra else {}
-        x = cls.from_local(d, mesh, [pl], shape=tuple(t.shape), stride=_strides(tuple(t.shape)), **kw)
+        x = cls.from_local(d, mesh, [pl], shape=tuple(t.shape), stride=_strides(tuple(t.shape)))
         _HELD[id(x)] = (x, t.clone())
         return x
 
