@@ -16,6 +16,8 @@ import importlib
 import io
 import pathlib
 import re
+import sys
+import types
 
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```\s*$", re.M | re.S)
 # The marker of blocks that run on the ranks of a gloo world (collectives, sharded, tp).
@@ -107,3 +109,15 @@ def doctests(module_names) -> list:
             if test.examples:
                 out.append(pytest.param(test, id=test.name))
     return out
+
+
+@contextlib.contextmanager
+def registered_module(name: str):
+    """A fresh module registered in ``sys.modules`` while the page runs in its namespace, so the
+    page's classes pickle and are not "local", as in a user's own module."""
+    mod = types.ModuleType(name)
+    sys.modules[name] = mod
+    try:
+        yield mod
+    finally:
+        del sys.modules[name]

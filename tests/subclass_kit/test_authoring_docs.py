@@ -8,24 +8,18 @@ introduced by a line ending in "prints" must equal what the python block before 
 from __future__ import annotations
 
 import pathlib
-import sys
-import types
 
 import pytest
 
-from kit_helpers.docs import FENCE, run_in_order
+from kit_helpers.docs import FENCE, registered_module, run_in_order
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "authoring.md"
 
 
 @pytest.fixture
 def doc_module():
-    mod = types.ModuleType("docs_authoring")
-    sys.modules[mod.__name__] = mod
-    try:
+    with registered_module("docs_authoring") as mod:
         yield mod
-    finally:
-        del sys.modules[mod.__name__]
 
 
 def test_doc_has_python_blocks_and_checked_output():

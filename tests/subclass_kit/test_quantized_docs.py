@@ -8,24 +8,18 @@ python block before it printed.
 from __future__ import annotations
 
 import pathlib
-import sys
-import types
 
 import pytest
 
-from kit_helpers.docs import run_in_order
+from kit_helpers.docs import registered_module, run_in_order
 
 DOC = pathlib.Path(__file__).resolve().parents[2] / "docs" / "quantized.md"
 
 
 @pytest.fixture
 def doc_module():
-    mod = types.ModuleType("docs_quantized")
-    sys.modules[mod.__name__] = mod
-    try:
+    with registered_module("docs_quantized") as mod:
         yield mod
-    finally:
-        del sys.modules[mod.__name__]
 
 
 def test_python_blocks_run_in_order(doc_module):
