@@ -13,10 +13,10 @@ from .. import _compat
 from .. import collectives as _coll
 from ._comm import waited
 from ._layout import contiguous_strides
-from .mesh import MeshLike, mesh_ref
+from .mesh import MeshLike
 from .placements import Partial, Placement, Replicate, normalize_placements
 from ._redistribute import redistribute_local
-from .tensor import ShardedTensor, from_local, redistribute, to_local, wrap
+from .tensor import ShardedTensor, ambient_mesh, from_local, redistribute, to_local, wrap
 
 __all__ = ["from_local", "to_local", "redistribute", "distribute"]
 
@@ -51,7 +51,7 @@ def _distribute(t, ref, placements, src_data_rank):
 
 
 
-def distribute(t: torch.Tensor, mesh: MeshLike, placements: Sequence[Placement], *, src_data_rank: int | None = 0) -> ShardedTensor:
+def distribute(t: torch.Tensor, mesh: MeshLike | None, placements: Sequence[Placement], *, src_data_rank: int | None = 0) -> ShardedTensor:
     """Lay a whole tensor out over ``mesh``: each rank keeps its part (a new leaf tensor).
 
     Like torch's ``distribute_tensor``: the values of the rank at coordinate
@@ -60,7 +60,8 @@ def distribute(t: torch.Tensor, mesh: MeshLike, placements: Sequence[Placement],
 
     Args:
         t: the whole tensor (same shape on every rank).
-        mesh: a torch ``DeviceMesh`` (or a ``MeshRef``).
+        mesh: a torch ``DeviceMesh`` (or a ``MeshRef``); None: the mesh of the innermost
+            ``with mesh:`` block, as torch's.
         placements: ``Shard(d)``, ``_StridedShard(d, split_factor=)``, ``Replicate()`` or
             ``Partial(op)`` per mesh dim. As torch's: a ``Partial('sum')`` mesh dim of ``k``
             ranks holds ``t / k`` on each (their sum is ``t``); ``avg``/``max``/``min`` hold
@@ -73,4 +74,4 @@ def distribute(t: torch.Tensor, mesh: MeshLike, placements: Sequence[Placement],
         >>> x.placements, x.to_local().shape
         ((Shard(0),), torch.Size([3, 2]))
     """
-    return _distribute(t, mesh_ref(mesh), list(placements) if isinstance(placements, (list, tuple)) else placements, src_data_rank)
+    return _distribute(t, ambient_mesh(mesh, "subclass_kit.sharded.distribute"), list(placements) if isinstance(placements, (list, tuple)) else placements, src_data_rank)

@@ -45,7 +45,10 @@ def _make(name: str, init: Callable[..., torch.Tensor], size: tuple, *, random: 
     kw: dict[str, Any] = {"dtype": dtype, "device": ref.device_type}
     args = () if fill is None else (fill,)
     settled = tuple(p.settled() for p in pl)
-    if random:
+    if not coord:
+        # A rank outside the mesh holds an empty local (as torch's), and draws nothing.
+        local = init((0,), *args, **kw)
+    elif random:
         # The whole draw on every rank (the kit's random stream), then this rank's part.
         local = redistribute_local(init(shape, **kw), ref, coord, (Replicate(),) * ref.ndim, pl, shape)
         local = local.clone(memory_format=torch.contiguous_format)  # not a view of the whole draw

@@ -124,7 +124,7 @@ class ShardedTensor(WrapperTensor):
             PlacementError, ShardShapeError: placements or shapes that do not fit.
             ShapeStrideError: ``shape=`` without ``stride=`` or the reverse (a RuntimeError too).
             ShardMetadataError: ``run_check``: another rank's shard has another dtype or
-                requires_grad.
+                requires_grad (or, without ``shape=``, other strides).
             MeshError: no mesh given outside a ``with mesh:`` block.
 
         Example:
@@ -511,8 +511,13 @@ def _check_local_shape(local, shape, pl, ref: MeshRef, coord) -> None:
 _DTYPES = sorted({str(v) for v in vars(torch).values() if isinstance(v, torch.dtype)})
 
 
-def _run_check(local, ref: MeshRef, pl, coord, shape) -> None:
+def _run_check(local, ref: MeshRef, pl, coord, shape, check_stride: bool) -> None:
+    # Without shape= every shard is taken to have this one's shape, so (as torch's) its
+    # strides must agree too: a transposed shard would be read in another order.
     mine = [_DTYPES.index(str(local.dtype)), int(local.requires_grad)]
+    if check_stride:
+        mine += [int(s) for s in local.stride()]
+    nmeta = len(mine)
     for i, name in enumerate(ref.group_names):
         k = ref.shape[i]
         if k == 1:
@@ -521,16 +526,10 @@ def _run_check(local, ref: MeshRef, pl, coord, shape) -> None:
         got = waited(_coll.all_gather_tensor(sizes, 0, name)).reshape(k, -1).tolist()
         for c in range(k):
             other = coord[:i] + (c,) + coord[i + 1:]
-            (dt, rg), got[c] = got[c][:2], got[c][2:]
-            if [dt, rg] != mine:
-                field, theirs, ours = (("dtype", _DTYPES[dt], local.dtype) if dt != mine[0]
-                                       else ("requires_grad", bool(rg), local.requires_grad))
-                raise ShardMetadataError(
-                    f"ShardedTensor.from_local(run_check=True): the rank at coordinate {other} holds a "
-                    f"local tensor with {field}={theirs}, this rank's (coordinate {coord}) has "
-                    f"{field}={ours}. Every rank's shard must have the same dtype and requires_grad; "
-                    "convert them alike (e.g. .to(dtype), .requires_grad_()) before from_local."
-                )
+            theirs, got[c] = got[c][:nmeta], got[c][nmeta:]
+            if theirs[:2] != mine[:2]:
+                _meta_error(other, coord, *(("dtype", _DTYPES[theirs[0]], local.dtype) if theirs[0] != mine[0]
+                                            else ("requires_grad", bool(theirs[1]), local.requires_grad)))
             want = list(local_shape(shape, pl, ref.shape, other))
             if got[c] != want:
                 raise ShardShapeError(
@@ -539,6 +538,8 @@ def _run_check(local, ref: MeshRef, pl, coord, shape) -> None:
                     f"{_fmt(shape)} under {render(pl)} has shape {tuple(want)}. Every rank must "
                     "pass its own shard and the same shape=."
                 )
+            if theirs != mine:
+                _meta_error(other, coord, "stride", tuple(theirs[2:]), local.stride())
         if type(pl[i]) is Replicate:
             first = waited(_coll.broadcast(local.detach(), 0, name))
             if not torch.equal(first, local.detach()):
@@ -548,6 +549,16 @@ def _run_check(local, ref: MeshRef, pl, coord, shape) -> None:
                     f"mesh dim {i}. Pass equal replicas (e.g. broadcast first), or use Partial() if "
                     "the locals are operands of a sum."
                 )
+
+
+def _meta_error(other, coord, field, theirs, ours):
+    raise ShardMetadataError(
+        f"ShardedTensor.from_local(run_check=True): the rank at coordinate {other} holds a "
+        f"local tensor with {field}={theirs}, this rank's (coordinate {coord}) has "
+        f"{field}={ours}. Every rank's shard must have the same dtype and requires_grad (and, "
+        "without shape=/stride=, the same strides); convert them alike (e.g. .to(dtype), "
+        ".requires_grad_(), .contiguous()) before from_local."
+    )
 
 
 # ---- autograd functions -------------------------------------------------------------------
@@ -613,7 +624,10 @@ class _Redistribute(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        target = tuple(Replicate() if type(p) is Partial else p for p in ctx.src)
+        # The gradient of a Partial input is the whole gradient: Replicate, or, when it
+        # arrives as the same Partial, left pending (as DTensor's: no collective here).
+        gpl = placements_of(grad) if isinstance(grad, ShardedTensor) else (None,) * len(ctx.src)
+        target = tuple(Replicate() if type(p) is Partial and g != p else p for p, g in zip(ctx.src, gpl))
         op_dtype, out_dtype = ctx.dtypes
         if not isinstance(grad, ShardedTensor):
             # A plain gradient is the whole global gradient: this rank keeps its part.
@@ -660,9 +674,10 @@ def _from_local(local, ref, placements, shape, stride, run_check):
         stride = contiguous_strides(shape) if stride is None else stride
         local = local.new_empty(0).requires_grad_(local.requires_grad)
         run_check = False
+    check_stride = stride is None
     stride = _strides_like(shape, local) if stride is None else tuple(stride)
     if run_check and not is_compiling():
-        _run_check(local, ref, pl, coord, shape)
+        _run_check(local, ref, pl, coord, shape, check_stride)
     return _FromLocal.apply(local, ref, pl, coord, tuple(shape), stride)
 
 

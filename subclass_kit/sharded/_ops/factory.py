@@ -62,13 +62,18 @@ _NEW = {
 
 @ShardedTensor.implements(*_NEW)
 def new_factory(func, types, args, kwargs):
-    """A new tensor of a global size: sharded like the input if the size is the input's."""
+    """A new tensor of a global size: sharded like the input if the size is the input's
+    (``new_empty``/``new_empty_strided``: Partial too)."""
     x = args[0]
     mesh, cur, coord = spec(x)
     size = tuple(args[1])
     meta = global_meta(func, args, kwargs)
     same = len(size) == x.dim() and all(a == b for a, b in zip(size, x.shape))
-    pl = _no_partial(cur) if same else (Replicate(),) * mesh.ndim
+    # An uninitialized one may stay a pending sum, as DTensor's: it is about to be
+    # overwritten by a value of the input's placements (autograd's new_empty_strided + copy_
+    # of a gradient), so no reduction is forced.
+    empty = func in (aten.new_empty.default, aten.new_empty_strided.default)
+    pl = (cur if empty else _no_partial(cur)) if same else (Replicate(),) * mesh.ndim
     lsize = local_shape(size, pl, mesh.shape, coord)
     rest = list(args[2:])
     if func is aten.new_empty_strided.default:

@@ -114,17 +114,24 @@ def multinomial(func, types, args, kwargs):
     ``multinomial`` is ``topk(p / q)`` with ``q`` an ``Exp(1)`` draw of the probabilities'
     shape: the rank draws the whole ``q`` and keeps its rows, so its samples are the dense op's
     under the same seed and the result keeps the rows' shard (DTensor: the same placement,
-    from its own stream). With replacement the draw is made whole first."""
+    from its own stream). With replacement (more than one sample) the draw is made on the
+    gathered probabilities and the rank keeps its rows: the dense op's samples, the rows'
+    shard kept (as DTensor's placement)."""
     x = args[0]
     n = args[1] if len(args) > 1 else kwargs.get("num_samples")
     replacement = args[2] if len(args) > 2 else kwargs.get("replacement", False)
     gen = kwargs.get("generator")
-    if type(x) is not ShardedTensor or (replacement and n != 1) or x.dim() != 2 or x.local.device.type != "cpu":
+    if type(x) is not ShardedTensor or x.dim() != 2 or x.local.device.type != "cpu":
         return computed_whole(func, types, args, kwargs)
     mesh, pl, coord = spec(x)
     if any(p.is_partial() or p.is_shard(1) for p in pl):
         return computed_whole(func, types, args, kwargs)
     meta = global_meta(func, args, kwargs)
+    if replacement and n != 1:
+        whole = redistribute_local(x.local, mesh, coord, pl, (Replicate(),) * len(pl), x.shape)
+        res = func(whole, *args[1:], **kwargs)
+        return wrap_out(redistribute_local(res, mesh, coord, (Replicate(),) * len(pl), pl, res.shape), meta, mesh,
+                        pl, coord)
     q = torch.empty(tuple(x.shape), dtype=x.dtype, device=x.local.device).exponential_(1, generator=gen)
     q = x.local / _mine(q, x)
     local = q.argmax(-1, keepdim=True) if n == 1 else q.topk(n).indices
