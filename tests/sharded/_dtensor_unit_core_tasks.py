@@ -1,14 +1,20 @@
-"""PyTorch's DTensor unit tests, ``test_dtensor.py``, ``test_init.py`` and ``test_random_ops.py``
-(torch's test/distributed/tensor/), ported to the kit as _dtensor_api_tasks does: each port
-is named after its upstream test, runs the same body on the kit and on torch's DTensor
-(``LIBS``), counts the collectives on both (``Comms``) and returns what the test compares;
-``test_redistribute.py`` is in _dtensor_unit_redist_tasks. Upstream's 4- and 8-rank
-worlds become 2 ranks, but for the checks that need a 2-D (2 x 2) mesh or a sub-mesh of
-several ranks (``PORTS4``, one 4-rank world).
+"""PyTorch's DTensor unit tests, ``test_dtensor.py`` (the 2-rank ports; the init, random,
+redistribute and 4-rank ones are in _dtensor_unit_init_tasks, _dtensor_unit_redist_tasks and
+_dtensor_unit_mesh_tasks), ported to the kit as _dtensor_api_tasks does: each port is named
+after its upstream test, runs the same body on the kit and on torch's DTensor (``LIBS``),
+counts the collectives on both (``Comms``) where upstream does, and returns "ok" or what the
+test compares. Upstream's 4- and 8-rank worlds become 2 ranks, but for the checks that need a
+2-D (2 x 2) mesh or a sub-mesh of several ranks (one 4-rank world).
 
-Not ported (``SKIPPED``, test -> reason): tests of DTensor's private machinery (its spec,
-its RNG tracker, ``_split_tensor``), tests that need a GPU or 8 ranks, and the tests that
-_dtensor_api_tasks already ports (``ALREADY``).
+Where a port departs from upstream's body it says so: ``test_dtensor_constructor`` builds the
+tensor with each library's own constructor (DTensor's private spec; upstream's warning of
+that private constructor is not checked), ``test_meta_dtensor`` uses a (64, 32) meta tensor
+(upstream: (1024, 2048)), ``test_shard_tensor`` calls ``distribute(src_data_rank=None)``
+(DTensor's private ``_shard_tensor`` is that).
+
+Not ported (``SKIPPED`` here and in the other modules, test -> reason): tests of DTensor's
+private machinery (its spec, its RNG tracker, ``_split_tensor``), tests that need a GPU or 8
+ranks, and the tests that _dtensor_api_tasks already ports (``ALREADY``).
 """
 
 from __future__ import annotations
@@ -46,35 +52,14 @@ LIBS = {
                                allow_load=lambda: None, ACT=AsyncCollectiveTensor),
 }
 
-ALREADY = {  # ported in _dtensor_api_tasks
-    "test_dtensor.py": ["test_from_local_uneven_sharding", "test_from_local_uneven_sharding_raise_error"],
-    "test_init.py": ["test_ones", "test_empty", "test_full", "test_zeros", "test_zeros_full_mesh"],
-}
+ALREADY = ["test_from_local_uneven_sharding", "test_from_local_uneven_sharding_raise_error"]  # _dtensor_api_tasks
 
 SKIPPED = {
-    "test_dtensor.py": {
-        "test_dtensor_spec_hash": "hashes DTensor's private DTensorSpec",
-        "test_dtensor_save_load_import": "loads in a subprocess importing torch (seconds): DTensor's safe-globals "
-                                         "registration; save/load itself is test_dtensor_save_load",
-        "test_split_tensor_1D": "DTensor's private Shard._split_tensor padding helper (8 ranks)",
-        "test_dtensor_log": "CUDA only (returns early without CUDA): DTensor's dispatch logging",
-    },
-    "test_random_ops.py": {
-        "test_init_with_user_generator": "skip_if_lt_x_gpu(4): DTensor's RNG tracker on a cuda mesh",
-        "test_tp_model_meta_init": "skip_unless_torch_gpu: DTensor's RNG tracker on a cuda mesh",
-        "test_fsdp_tp_model_meta_init": "GPU only; FSDP2 fully_shard",
-        "test_dtensor_init_helper_tensor_meta_strides": "GPU only; wraps DTensor's private RNG tracker",
-        "test_rng_tracker_init": "GPU only; DTensor's private RNG tracker",
-        "test_manual_seed": "GPU only; torch.distributed.tensor._random.manual_seed (the kit has no tracker)",
-        "test_manual_seed_submesh": "GPU only; DTensor's private manual_seed",
-        "test_pipeline_parallel_manual_seed": "GPU only; DTensor's private manual_seed",
-        "test_deterministic_dropout_1d": "GPU only; per-rank seeds reconciled by DTensor's tracker",
-        "test_deterministic_rand_1d": "GPU only; DTensor's offset-based RNG stream",
-        "test_deterministic_uniform_2d": "GPU only; DTensor's private _calc_shard_linear_idx",
-        "test_philox_state_seed_roundtrip": "DTensor's private _PhiloxState",
-        "test_compile_*": "GPU only (9 tests): run_dtensor_rng_op in compiled graphs, cuda RNG state",
-        "test_hsdp_tp_model_meta_init": "8 GPUs; FSDP2",
-    },
+    "test_dtensor_spec_hash": "hashes DTensor's private DTensorSpec",
+    "test_dtensor_save_load_import": "loads in a subprocess importing torch (seconds): DTensor's safe-globals "
+                                     "registration; save/load itself is test_dtensor_save_load",
+    "test_split_tensor_1D": "DTensor's private Shard._split_tensor padding helper (8 ranks)",
+    "test_dtensor_log": "CUDA only (returns early without CUDA): DTensor's dispatch logging",
 }
 
 

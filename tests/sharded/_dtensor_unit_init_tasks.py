@@ -18,6 +18,27 @@ from sharded._dtensor_unit_core_tasks import _is_dt, _k, _mesh, _pl, _rank, clos
 from sharded._tp_upstream_tasks import Comms
 
 
+# test_init.py's tests that _dtensor_api_tasks ports
+ALREADY = ["test_ones", "test_empty", "test_full", "test_zeros", "test_zeros_full_mesh"]
+
+SKIPPED = {  # test_random_ops.py
+    "test_init_with_user_generator": "skip_if_lt_x_gpu(4): DTensor's RNG tracker on a cuda mesh",
+    "test_tp_model_meta_init": "skip_unless_torch_gpu: DTensor's RNG tracker on a cuda mesh",
+    "test_fsdp_tp_model_meta_init": "GPU only; FSDP2 fully_shard",
+    "test_dtensor_init_helper_tensor_meta_strides": "GPU only; wraps DTensor's private RNG tracker",
+    "test_rng_tracker_init": "GPU only; DTensor's private RNG tracker",
+    "test_manual_seed": "GPU only; torch.distributed.tensor._random.manual_seed (the kit has no tracker)",
+    "test_manual_seed_submesh": "GPU only; DTensor's private manual_seed",
+    "test_pipeline_parallel_manual_seed": "GPU only; DTensor's private manual_seed",
+    "test_deterministic_dropout_1d": "GPU only; per-rank seeds reconciled by DTensor's tracker",
+    "test_deterministic_rand_1d": "GPU only; DTensor's offset-based RNG stream",
+    "test_deterministic_uniform_2d": "GPU only; DTensor's private _calc_shard_linear_idx",
+    "test_philox_state_seed_roundtrip": "DTensor's private _PhiloxState",
+    "test_compile_*": "GPU only (9 tests): run_dtensor_rng_op in compiled graphs, cuda RNG state",
+    "test_hsdp_tp_model_meta_init": "8 GPUs; FSDP2",
+}
+
+
 # ---- test_init.py: DTensorInitOpsTest ------------------------------------------------------------
 def test_init_ops_constant(L):
     """test_init.py's test_init_ops: ``nn.init.constant_`` of a Shard(0) tensor."""
