@@ -125,3 +125,20 @@ def test_gather_from_the_gathered_dims_shard_is_a_masked_lookup():
     r = torch.gather(distribute(x, mesh, [Replicate()]), 1, distribute(idx, mesh, [Shard(1)]))
     assert _pl(r) == (Shard(1),)
     close(r.full_tensor(), torch.gather(x, 1, idx))
+
+
+def test_nll_loss2d_over_a_spatial_shard_stays_sharded():
+    mesh = MeshRef.local()
+    x = torch.randn(2, 5, 4, requires_grad=True)
+    t = torch.randint(5, (2, 4))
+    for reduction in ("none", "sum", "mean"):
+        d = distribute(x.detach(), mesh, [Shard(2)]).requires_grad_(True)
+        y = F.nll_loss(d, distribute(t, mesh, [Replicate()]), reduction=reduction)
+        want = F.nll_loss(x, t, reduction=reduction)
+        assert _pl(y) == ((Shard(1),) if reduction == "none" else (Partial("sum"),))
+        close(y.full_tensor(), want)
+        y.sum().backward()
+        x.grad = None
+        want.sum().backward()
+        assert _pl(d.grad) == (Shard(2),)
+        close(d.grad.full_tensor(), x.grad)
