@@ -77,7 +77,11 @@ def _raises(fn, exc=RuntimeError) -> str:
 # refuses or keeps a pending reduction: each asserts the kit's documented behaviour, and
 # docs/sharded.md lists them ("PyTorch's DTensor unit tests").
 DOCUMENTED = {
-    "test_math_ops.py": {"test_dist": "p=2 over a shard gathers (DTensor: its norm Partial)"},
+    "test_math_ops.py": {
+        "test_dist": "p=2 over a shard gathers (DTensor: its norm Partial)",
+        "test_nll_loss_and_cross_entropy": "a mean over a sharded batch all-reduces the total weight: exact with "
+                                           "ignored targets (DTensor: no collective, its average of means)",
+    },
     "test_pointwise_ops.py": {
         "test_dropout": "the kit's random stream: dense dropout under one seed",
         "test_dropout_errors": "dropout of a Partial: reduced, then the dense draw (DTensor raises)",

@@ -22,9 +22,6 @@ UPSTREAM = {"test_math_ops.py": 28, "test_pointwise_ops.py": 12, "test_tensor_op
 
 # Real gaps of the kit (strict: they fail today, and must be revisited once they pass).
 GAPS = {
-    ("test_math_ops.py", "test_nll_loss_and_cross_entropy"):
-        "a mean over a sharded batch all-reduces the global total weight (exact with ignore_index, class "
-        "weights and uneven shards); DTensor keeps it a pending reduction with no collective",
     ("test_math_ops.py", "test_std"):
         "std over a sharded dim: the kit's two-sum form issues 2 all-reduces of the result's size where "
         "DTensor issues 1 all-gather of the rows",
