@@ -339,7 +339,8 @@ class SequenceParallel(ParallelStyle):
     parameters replicated.
 
     Args:
-        sequence_dim: the sharded dim of the input and output (default 1: ``(batch, seq, ...)``).
+        sequence_dim: the sharded dim of the input, and of the output when it is handed out local
+            (a ShardedTensor output keeps the layout the module gave it, as DTensor's).
         use_local_output: return the local tensor instead of a ShardedTensor (default False).
 
     A plain input is taken as this rank's part of the sequence; a ShardedTensor input is
@@ -383,6 +384,11 @@ class SequenceParallel(ParallelStyle):
             return (_to_sharded(x, ref, seq, seq, kind, name, "the input"), *args[1:])
 
         def post_hook(mod, args, out):
+            if not use_local and isinstance(out, ShardedTensor):
+                # As DTensor's: the output keeps the layout the module's ops gave it. A norm over
+                # the sharded sequence dim returns Replicate; chunking that back to the sequence
+                # would only have the next module (say, ColwiseParallel) gather it again.
+                return out
             return _finish(out, ref, seq, use_local, kind, name)
 
         module.register_forward_pre_hook(pre_hook)

@@ -182,3 +182,43 @@ def embedding_bag_vocab(func, args, kwargs):
     meta = global_meta(func, args, kwargs)
     pooled = tuple(Partial("sum") if i == d else Replicate() for i in range(mesh.ndim))
     return tuple(wrap_out(r, m, mesh, pooled if i == 0 else whole, coord) for i, (r, m) in enumerate(zip(res, meta)))
+
+
+def gather_masked(args, kwargs):
+    """``gather(x, d, index)`` of an ``x`` sharded on ``d`` over one mesh dim (whole on the
+    others), the index whole with size 1 on ``d``: each rank gathers the positions in its rows
+    and zeros the others, a ``Partial('sum')`` with no communication (DTensor's masked
+    partial; the lookup above, along any dim). An index sharded on ``d`` into a whole ``x``
+    keeps its shard. None where neither applies."""
+    x, d, idx = args[0], args[1], args[2]
+    if kwargs or len(args) > 3 or idx.dim() != x.dim():
+        return None
+    d %= x.dim()
+    if type(idx) is ShardedTensor and all(type(p) is Shard and p.dim == d or p.is_replicate() for p in placements_of(idx)) \
+            and (type(x) is not ShardedTensor or all(p.is_replicate() for p in placements_of(x))):
+        # the index sharded on the gathered dim, the input whole: a position there only
+        # addresses the input's rows, so each rank gathers its part of the output
+        mesh, coord = spec_of(aten.gather.default, args, kwargs)
+        out = torch.gather(x.local if type(x) is ShardedTensor else x, d, idx.local)
+        return wrap_out(out, global_meta(aten.gather.default, args, kwargs), mesh, placements_of(idx), coord)
+    if type(x) is not ShardedTensor:
+        return None
+    pl = placements_of(x)
+    on = [i for i, p in enumerate(pl) if type(p) is Shard and p.dim == d]
+    rest_whole = all(p.is_replicate() for i, p in enumerate(pl) if i not in on)
+    if len(on) != 1 or not rest_whole or idx.shape[d] != 1 or (
+            type(idx) is ShardedTensor and not all(p.is_replicate() for p in placements_of(idx))):
+        return None
+    mesh, coord = spec_of(aten.gather.default, args, kwargs)
+    m = on[0]
+    start = Shard(d).offset(x.shape[d], mesh.shape[m], coord[m])
+    local, li = x.local, idx.local if type(idx) is ShardedTensor else idx
+    n = local.shape[d]
+    rel = li - start
+    hit = (rel >= 0) & (rel < n)
+    if n:
+        out = torch.where(hit, torch.gather(local, d, rel.clamp(0, n - 1)), 0)
+    else:
+        out = torch.zeros(li.shape, dtype=local.dtype, device=local.device)
+    out_pl = tuple(Partial("sum") if i == m else Replicate() for i in range(mesh.ndim))
+    return wrap_out(out, global_meta(aten.gather.default, args, kwargs), mesh, out_pl, coord)

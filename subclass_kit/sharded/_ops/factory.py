@@ -3,7 +3,7 @@
 
 A fresh value is whole on every rank, so a result is never Partial: ``zeros_like`` of a
 Partial tensor is Replicate (``empty_like(t, device=)``, as ``nn.Module.to_empty`` runs it,
-keeps the Partial). ``new_*`` with the tensor's own global shape keeps its
+and ``empty_like`` of a meta tensor keep the Partial). ``new_*`` with the tensor's own global shape keeps its
 shards; any other shape is replicated (its local is the whole tensor).
 """
 
@@ -35,9 +35,10 @@ def like_factory(func, types, args, kwargs):
 
 def _like_decide(func, args, kwargs):
     mesh, pl, coord = spec(args[0])
-    if func is not aten.empty_like.default or "device" not in kwargs:
+    if func is not aten.empty_like.default or ("device" not in kwargs and args[0].device.type != "meta"):
         # An uninitialized result can be laid out anyhow: ``empty_like(t, device=)``, what
-        # nn.Module.to_empty runs, keeps a Partial parameter Partial (as DTensor); a scratch
+        # nn.Module.to_empty runs, keeps a Partial parameter Partial (as DTensor; so does
+        # ``to_empty(device=None)`` of a meta one, whose device torch drops); a scratch
         # tensor on the same device (dropout's mask, filled next) is Replicate, so filling it
         # and using it as a factor of a Partial costs nothing.
         pl = _no_partial(pl)

@@ -249,7 +249,24 @@ _RESIZING = {"aten::resize_", "aten::resize_as_", "aten::set_", "aten::resize_as
 def generic(func, types, args, kwargs):
     """The fallback of an op without a rule: run ``func`` densely on the operands gathered
     to Replicate; results are Replicate, written operands keep their placements."""
+    if func.__name__.startswith("_foreach_") and _several_meshes(args):
+        return _foreach_apart(func, args, kwargs)
     return _whole(func, args, kwargs, _CALLS)
+
+
+def _several_meshes(args) -> bool:
+    lists = [a for a in args if isinstance(a, (list, tuple))]
+    return bool(lists) and len(lists[0]) > 1 and len(
+        {spec(x)[0] for x in tree_leaves(list(args)) if type(x) is ShardedTensor}) > 1
+
+
+def _foreach_apart(func, args, kwargs):
+    # A _foreach op's lists may hold tensors of several meshes (an optimizer's parameters
+    # of a 2-D model): each position runs on its own mesh, as DTensor's; operands of one
+    # position on different meshes still raise MeshError.
+    n = len(next(a for a in args if isinstance(a, (list, tuple))))
+    outs = [func(*[[a[i]] if isinstance(a, (list, tuple)) else a for a in args], **kwargs) for i in range(n)]
+    return None if outs[0] is None else [o[0] for o in outs]
 
 
 def computed_whole(func, types, args, kwargs):

@@ -9,6 +9,9 @@ gather, scatter, index_put, index_add and the ``*_backward`` ops autograd emits 
   with zeros, index_select: ``_PASSES``), which keeps a pending reduction pending.
 - *By positions*: the positions are global indices, so every operand is made whole
   (Replicate) and the op runs on every rank alike; the result is Replicate -- except that
+  ``index_put`` of a Partial into a Partial alike stays Partial (it is linear in both),
+  ``gather`` of a size-1 index from a shard of the gather dim is a masked local lookup
+  (``Partial('sum')``, see ``embedding``), and
   ``gather``/``scatter``/``scatter_add``/``scatter_reduce`` (positions along one dim, what
   the backward of ``max``/``kthvalue``/``median``/``mode`` over a dim runs) keep a shard of
   another dim that every operand has whole-sized. This is what
@@ -277,7 +280,6 @@ def triangle_inplace(func, types, args, kwargs):
 _BY_POSITIONS = (
     aten.index.Tensor, aten.take_along_dim.default, aten.masked_select.default,
     aten.index_add.default, aten.index_copy.default, aten.index_fill.int_Scalar,
-    aten.index_put.default,
     aten.unfold_backward.default, aten.masked_scatter.default,
 )
 
@@ -307,6 +309,20 @@ def by_positions(func, types, args, kwargs):
     res = func(*_whole(args, rep), **{k: _whole(v, rep) for k, v in kwargs.items()})
     meta = _whole_meta(res) if _data_dependent(func, args) else global_meta(func, args, kwargs)
     return _wrap_all(res, meta, mesh, rep, coord)
+
+
+@ShardedTensor.implements(aten.index_put.default)
+def index_put(func, types, args, kwargs):
+    """``index_put(x, indices, v)`` is linear in ``(x, v)`` together (accumulated or not): with
+    both Partial alike (sum/avg) it runs on the operands and stays Partial (as DTensor's);
+    else by positions."""
+    x, v = args[0], args[2]
+    pl = placements_of(x) if type(x) is ShardedTensor else None
+    if pl and type(v) is ShardedTensor and placements_of(v) == pl and all(p.is_partial() and p.op in ("sum", "avg") for p in pl):
+        mesh, coord = spec_of(func, args, kwargs)
+        idx = [None if i is None else _whole(i, (Replicate(),) * mesh.ndim) for i in args[1]]
+        return wrap_out(func(x.local, idx, v.local, *args[3:], **kwargs), global_meta(func, args, kwargs), mesh, pl, coord)
+    return by_positions(func, types, args, kwargs)
 
 
 # Positions along one dim (``dim``): self at 0, the index at 2, a source at 3. Every other
@@ -351,7 +367,10 @@ def along_one_dim(func, types, args, kwargs):
     shards of the other dims stay (each rank runs the op on its locals); else by positions."""
     plan = _one_dim_plan(func, args, kwargs)
     if plan is None:
-        return by_positions(func, types, args, kwargs)
+        from .embedding import gather_masked
+
+        masked = gather_masked(args, kwargs) if func is aten.gather.default else None
+        return by_positions(func, types, args, kwargs) if masked is None else masked
     layout, at, meta, mesh, coord = plan
     new = list(args)
     for i in at:

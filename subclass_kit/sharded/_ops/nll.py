@@ -1,8 +1,9 @@
 """``nll_loss`` (``nll_loss2d`` too, and so ``cross_entropy``, which is ``log_softmax`` then ``nll_loss``) and its
-backward, with the batch dim sharded: no gather (DTensor's rule).
+backward, with the batch dim (or ``nll_loss2d``'s spatial dims) sharded: no gather (DTensor's rule).
 
-Per mesh dim where the input's batch dim (dim 0) is sharded, each rank runs
-the loss on its rows with its targets (moved to the same shard), the class weight whole:
+Per mesh dim where the input's batch dim (dim 0), or a spatial dim of ``nll_loss2d``'s
+``(N, C, H, W)``, is sharded, each rank runs the loss on its rows with its targets (moved to
+the same shard: the target's dim is one less), the class weight whole:
 
 - ``reduction='none'``: the per-row losses keep the shard;
 - ``'sum'``: the local sum is a ``Partial('sum')``, as is the total weight;
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from ..placements import Partial, Replicate
+from ..placements import Partial, Replicate, Shard
 from .._redistribute import redistribute_local
 from ..tensor import ShardedTensor, placements_of
 from ._common import (TensorMeta, aten, fast_plan, global_meta, move, move_args, on_locals, planned, runner,
@@ -36,9 +37,11 @@ def _decide(func, args, kwargs):
     reduction = args[4] if backward else args[3]
     cur = placements_of(x) if type(x) is ShardedTensor else (Replicate(),) * mesh.ndim
     batched = x.dim() >= 2  # (N, C) or nll_loss2d's (N, C, H, W): dim 0 is the batch
-    rows = tuple(p if batched and p.is_shard() and p.dim == 0 else Replicate() for p in cur)
+    rows = tuple(p if batched and p.is_shard() and (p.dim == 0 or (type(p) is Shard and p.dim >= 2)) else Replicate()
+                 for p in cur)
     whole = (Replicate(),) * mesh.ndim
-    target_rows = rows  # the target (and a per-row loss) is (N, ...): the same shard of dim 0
+    # the target (and a per-element loss) is (N, H, W): the input's shard, past the class dim
+    target_rows = tuple(Shard(p.dim - 1) if type(p) is Shard and p.dim >= 2 else p for p in rows)
     split = tuple(Partial("sum") if p.is_shard() else Replicate() for p in rows)
     per_row = reduction == _NONE and batched
     meta = global_meta(func, args, kwargs)

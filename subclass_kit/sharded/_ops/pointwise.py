@@ -10,7 +10,7 @@ Rule, per mesh dim:
   operands Partial alike (a replicated one joins as a zero-masked operand under
   ``Partial('sum')``, unchanged under ``Partial('avg')``), ``mul``/``div``/``neg`` with one
   Partial operand and replicated factors, an activation's gradient with the incoming
-  gradient Partial and the rest whole;
+  gradient Partial and the rest whole, ``maximum``/``minimum`` of ``Partial('max')``/``('min')``;
 - everything else is reduced to Replicate first.
 
 Plain tensor operands count as replicated (DTensor calls this implicit replication).
@@ -39,6 +39,7 @@ _SCALING = {
     aten.neg.default, aten.neg_.default,
 }
 _LINEAR_PARTIAL = ("sum", "avg")
+_ORDERED = {aten.maximum.default: "max", aten.minimum.default: "min"}
 
 # The gradients of activations: elementwise, and torch does not tag them pointwise. Each is
 # linear in its first operand (the incoming gradient times a factor of the input), so a
@@ -76,6 +77,10 @@ def _partial_kind(func, i, ops, has_scalars, out_dtype=None) -> Partial | None:
     if not partial:
         return None
     p = partial[0]
+    if func in _ORDERED:
+        # max(max_r a_r, b) = max_r max(a_r, b): a maximum keeps Partial('max') whatever
+        # the other operand is (and a minimum Partial('min')), as DTensor's.
+        return p if p.op == _ORDERED[func] and all(q == p for q in partial) else None
     if p.op not in _LINEAR_PARTIAL or any(q != p for q in partial):
         return None
     if func in _ADDITIVE:

@@ -139,10 +139,16 @@ def _softmax_decide(func, args, kwargs):
     x = args[0]
     dim = args[i] % x.dim()
     tensors = [a for a in args[:i] if isinstance(a, ShardedTensor)]
-    # Every tensor operand is brought to one layout: the first's, minus a shard on `dim`,
-    # minus Partial (softmax is not linear).
-    base = placements_of(tensors[0])
-    pl = tuple(Replicate() if (p.is_shard() and p.dim == dim) or p.is_partial() else p for p in base)
+    # Every tensor operand is brought to one layout: that of the first operand sharded on a
+    # dim other than `dim` (so a backward's replicated incoming gradient is chunked to the
+    # output's shard rather than the output gathered), minus a shard on `dim`, minus Partial
+    # (softmax is not linear).
+    def keep(p):
+        return p.is_shard() and p.dim != dim
+
+    base = next((placements_of(t) for t in tensors if any(keep(p) for p in placements_of(t))),
+                placements_of(tensors[0]))
+    pl = tuple(p if keep(p) else Replicate() for p in base)
     meta = global_meta(func, args, kwargs)
     fast = None
     if not kwargs and all(placements_of(a) == pl if type(a) is ShardedTensor else not isinstance(a, torch.Tensor)
@@ -272,3 +278,23 @@ def vector_norm(func, types, args, kwargs):
 
 
 _NORM_ALONG = {f: reduction_rule(f) for f in _NORMS}
+
+
+# ---- histc with a given range: each rank bins its shard, the counts sum -----------------------
+@ShardedTensor.implements(aten.histc.default)
+def histc(func, types, args, kwargs):
+    """``histc(x, bins, min, max)`` with ``min < max``: every rank bins its own elements into
+    the same bins, so the result is ``Partial('sum')`` over the sharded mesh dims with no
+    communication (as DTensor's). The default range (``min == max``) is the data's own extrema,
+    and a Partial input's elements are not its values: those are computed whole."""
+    from .generic import computed_whole
+
+    x = args[0]
+    named = dict(zip(("bins", "min", "max"), args[1:]), **kwargs)
+    lo, hi = named.get("min", 0), named.get("max", 0)
+    pl = placements_of(x)
+    if type(x) is not ShardedTensor or not lo < hi or any(p.is_partial() for p in pl):
+        return computed_whole(func, types, args, kwargs)
+    mesh, _, coord = spec(x)
+    out_pl = tuple(Partial("sum") if p.is_shard() else p for p in pl)
+    return wrap_out(func(x.local, *args[1:], **kwargs), global_meta(func, args, kwargs), mesh, out_pl, coord)

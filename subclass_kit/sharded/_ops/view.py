@@ -371,8 +371,17 @@ def _cat_decide(func, args, kwargs):
     mesh, cur, coord = spec(first)
     nd = first.dim() + (func is aten.stack.default)
     dim = dim % nd
-    same_partial = [p if not p.is_partial() or all(type(t) is ShardedTensor and placements_of(t)[i] == p for t in tensors) else Replicate()
-                    for i, p in enumerate(cur)]
+    def keep(i, p):
+        # Concatenation is linear: a Partial kind shared by the operands that have one stays,
+        # the replicated ones joining as its operands (zero-masked under 'sum'; no
+        # communication), as DTensor's.
+        ps = [placements_of(t)[i] if type(t) is ShardedTensor else Replicate() for t in tensors]
+        kinds = {q for q in ps if q.is_partial()}
+        if len(kinds) == 1 and all(q.is_partial() or q.is_replicate() for q in ps):
+            return kinds.pop()
+        return Replicate() if p.is_partial() else p
+
+    same_partial = [keep(i, p) for i, p in enumerate(cur)]
     target = tuple(Replicate() if p.is_shard() and p.dim == dim and func is aten.cat.default else p for p in same_partial)
     if func is aten.stack.default:
         out_pl = _shift(target, lambda d: d + (d >= dim))
