@@ -65,7 +65,7 @@ def _pointwise(func, types, args, kwargs):
 
 def _like(x: JaggedTensor, packed: Tensor) -> JaggedTensor:
     b, n, _ = x.shape
-    out = JaggedTensor.from_parts((packed, x.seq_offsets), size=(b, n, packed.shape[-1]))
+    out = JaggedTensor.from_parts((packed, x.seq_offsets, x.seq_index), size=(b, n, packed.shape[-1]))
     return cast(JaggedTensor, out)  # from_parts is typed on the base class
 
 
@@ -75,7 +75,7 @@ def _result(x: JaggedTensor, packed: Tensor) -> JaggedTensor:
     constructor's checks, which are most of an eager op's cost at small sizes)."""
     if packed.requires_grad and torch.is_grad_enabled():
         b, n, _ = x.shape
-        return JaggedTensor.wrap(packed, x.seq_offsets, size=(b, n, packed.shape[-1]))
+        return JaggedTensor.wrap(packed, x.seq_offsets, x.seq_index, size=(b, n, packed.shape[-1]))
     return _like(x, packed)
 
 
@@ -140,7 +140,7 @@ def _reduction(func, types, args, kwargs):
 
 
 def _segment_sum(x: JaggedTensor, dtype=None) -> Tensor:
-    seq, _ = x.token_index()
+    seq = x.sequence_index()
     p = x.rows()
     if dtype is not None:
         p = p.to(dtype)
@@ -167,7 +167,7 @@ def _softmax(func, types, args, kwargs):
     if d == 2:
         out = torch.softmax(p, -1)
     elif d == 1:
-        seq, _ = x.token_index()
+        seq = x.sequence_index()
         index = seq[:, None].expand_as(p)
         # The max only keeps exp() in range: softmax does not depend on it, so no gradient.
         top = p.new_full((x.shape[0], p.shape[1]), float("-inf")).scatter_reduce(

@@ -52,12 +52,16 @@ class JaggedTensor(WrapperTensor):
     seq_offsets: torch.Tensor = inner(
         dtype=torch.int64, doc="(B + 1,): sequence i is packed[seq_offsets[i]:seq_offsets[i + 1]]"
     )
+    seq_index: torch.Tensor = inner(
+        optional=True, dtype=torch.int64,
+        doc="(total_tokens,): the sequence of each row of packed, derived from seq_offsets once per batch",
+    )
 
     @classmethod
     def __inner_shapes__(cls, outer_size, ctx):
         batch, _max_len, dim = outer_size
         # Total tokens is set by the data alone: FREE. D is still the outer D.
-        return {"packed": (FREE, dim), "seq_offsets": (batch + 1,)}
+        return {"packed": (FREE, dim), "seq_offsets": (batch + 1,), "seq_index": (FREE,)}
 
     # ---- construction ------------------------------------------------------------------
     @classmethod
@@ -91,9 +95,13 @@ class JaggedTensor(WrapperTensor):
                     f"tensor {i} has shape {tuple(t.shape)}, expected (len_{i}, {dim}). Reshape it to 2-D first."
                 )
         lengths = [int(t.shape[0]) for t in tensors]
-        offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64, device=tensors[0].device)
-        offsets[1:] = torch.tensor(lengths, dtype=torch.int64).cumsum(0)
-        return cls.wrap(torch.cat(list(tensors)), offsets, size=(len(lengths), max(lengths), dim))
+        device = tensors[0].device
+        counts = torch.tensor(lengths, dtype=torch.int64)
+        offsets = torch.zeros(len(lengths) + 1, dtype=torch.int64)
+        offsets[1:] = counts.cumsum(0)
+        seq_index = torch.repeat_interleave(torch.arange(len(lengths)), counts, output_size=int(offsets[-1]))
+        return cls.wrap(torch.cat(list(tensors)), offsets.to(device), seq_index.to(device),
+                        size=(len(lengths), max(lengths), dim))
 
     @classmethod
     def from_plain(cls, t: torch.Tensor) -> "JaggedTensor":
@@ -109,7 +117,8 @@ class JaggedTensor(WrapperTensor):
             raise ValueError(f"JaggedTensor holds (B, max_len, D) floating tensors; got {t.dim()}-D {t.dtype}")
         b, n, d = t.shape
         offsets = torch.arange(b + 1, dtype=torch.int64, device=t.device) * n
-        return cls.wrap(t.reshape(b * n, d), offsets, size=tuple(t.shape))
+        seq_index = torch.arange(b, device=t.device).repeat_interleave(n, output_size=b * n)
+        return cls.wrap(t.reshape(b * n, d), offsets, seq_index, size=tuple(t.shape))
 
     def rows(self) -> torch.Tensor:
         """``packed``, differentiable: its gradient reaches this wrapper (``unwrap()``'s first
@@ -127,10 +136,29 @@ class JaggedTensor(WrapperTensor):
         """``(seq, pos)``, each ``(total_tokens,)``: row ``k`` of ``packed`` is position
         ``pos[k]`` of sequence ``seq[k]`` (no data-dependent sizes: it compiles with a
         dynamic total)."""
-        total = self.packed.shape[0]
-        k = torch.arange(total, device=self.packed.device)
-        seq = torch.searchsorted(self.seq_offsets[1:], k, right=True)
+        seq = self.sequence_index()
+        k = torch.arange(self.packed.shape[0], device=self.packed.device)
         return seq, k - self.seq_offsets[seq]
+
+    def sequence_index(self) -> torch.Tensor:
+        """``(total_tokens,)`` int64: the sequence each row of ``packed`` belongs to.
+
+        The ``seq_index`` field when the wrapper carries it (``from_list``, ``from_plain``
+        and every op's result do), else derived from ``seq_offsets``. Carried, it is computed
+        once per batch instead of once per reduction, and a compiled graph reads it as an
+        input instead of searching the offsets on every call (NJT caches its max/min
+        sequence lengths the same way).
+
+        Example:
+            >>> import torch
+            >>> JaggedTensor.from_list([torch.ones(2, 1), torch.ones(1, 1)]).sequence_index().tolist()
+            [0, 0, 1]
+        """
+        seq = self.seq_index
+        if seq is not None:
+            return seq
+        k = torch.arange(self.packed.shape[0], device=self.packed.device)
+        return torch.searchsorted(self.seq_offsets[1:], k, right=True)
 
     def to_padded(self, padding_value: float = 0.0) -> torch.Tensor:
         """The dense ``(B, max_len, D)`` tensor, ``padding_value`` past each sequence's end.

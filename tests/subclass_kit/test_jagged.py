@@ -151,6 +151,37 @@ def test_model_values_and_gradients_equal_dense():
             torch.testing.assert_close(a, b)
 
 
+def test_the_sequence_index_is_carried_and_equals_the_offsets_search():
+    x = JaggedTensor.from_list([p.detach() for p in _parts((3, 1, 4))])
+    searched = torch.searchsorted(x.seq_offsets[1:], torch.arange(8), right=True)
+    assert torch.equal(x.seq_index, searched)
+    assert JaggedTensor.from_plain(torch.ones(2, 3, 4)).seq_index.tolist() == [0, 0, 0, 1, 1, 1]
+    y = F.gelu(F.linear(x, _W, _BIAS))
+    assert y.seq_index.data_ptr() == x.seq_index.data_ptr()  # passed on, not recomputed
+    # A wrapper built without it (wrap(packed, offsets)) derives it: the same values.
+    bare = JaggedTensor.wrap(x.packed, x.seq_offsets, size=x.shape)
+    assert bare.seq_index is None and "seq_index" not in bare.__tensor_flatten__()[0]
+    for f in (lambda t: t.mean(dim=1), lambda t: torch.softmax(t, dim=1).to_padded(), lambda t: t.to_padded()):
+        torch.testing.assert_close(f(bare), f(x))
+
+
+def _searches_offsets(x) -> bool:
+    """Whether the compiled forward graph of Linear -> mean over dim 1 searches the offsets."""
+    from torch._dynamo.testing import AotEagerAndRecordGraphs
+
+    backend = AotEagerAndRecordGraphs()
+    fn = torch.compile(lambda t: F.linear(t, _W, _BIAS).mean(dim=1), backend=backend, fullgraph=True)
+    torch.testing.assert_close(fn(x), F.linear(x, _W, _BIAS).mean(dim=1))
+    targets = {n.target for g in backend.fw_graphs for n in g.graph.nodes}
+    return torch.ops.aten.searchsorted.Tensor in targets
+
+
+def test_compiled_reduction_reads_the_carried_index_instead_of_searching_the_offsets():
+    x = JaggedTensor.from_list([p.detach() for p in _parts((3, 5, 2))])
+    assert not _searches_offsets(x)
+    assert _searches_offsets(JaggedTensor.wrap(x.packed, x.seq_offsets, size=x.shape))
+
+
 def _mark_kit(x):
     symbolic.mark_dynamic(x, [0, 1], inner={"packed": [0]})
 
