@@ -22,6 +22,7 @@ import torch
 from guards.errors import DispatcherLimitWarning
 
 from . import _compat
+from ._boundary_direct import direct_runs
 from ._boundary_explain import autograd_reason, differs, dynamic_reason, wrapped_requiring_grad
 from ._boundary_trace import PLAIN as _PLAIN, Record, Unservable, collect, identity_check, make_body, record_from, walk
 from .base import WrapperTensor
@@ -31,6 +32,8 @@ __all__ = ["compile", "Boundary"]
 
 _Tensor = torch.Tensor
 _grad_on = _compat.is_grad_mode_on
+_idle = _compat.dynamo_idle()
+_LIVE = _compat.dynamo_live_codes()
 #: kit classes without declared state: their instances are walked inline by ``__call__``
 _FLAT_CLASSES: set = set()
 
@@ -75,7 +78,8 @@ def compile(fn_or_module: Callable | torch.nn.Module, /, *, backend: Any = "indu
 class _Entry:
     """One signature and layout: its compiled body (or the reason it falls back)."""
 
-    __slots__ = ("sig", "full_sig", "layout", "check", "grad", "compiled", "record", "reason", "hits", "used")
+    __slots__ = ("sig", "full_sig", "layout", "check", "grad", "compiled", "direct", "record", "reason", "hits",
+                 "used")
 
     def __init__(self, sig, full_sig, full_checked, checked, grad, compiled, reason) -> None:
         self.sig = sig  # the table's key (a module's parameters by their plan's number)
@@ -85,6 +89,8 @@ class _Entry:
         #: None: serves in either grad mode; True/False: only in that one
         self.grad = grad
         self.compiled = compiled
+        #: dynamo's artifacts of ``compiled``, run without its frame entry (_boundary_direct)
+        self.direct: Any = None
         self.record: Record | None = None
         self.reason = reason
         self.hits = 0
@@ -231,7 +237,18 @@ class Boundary:
                     e.used = next(self._clock)
                     if e.compiled is None:
                         return self._run_fallback(args, kwargs)
-                    out = e.compiled(*flat)
+                    d = e.direct
+                    if d is not None and d.runs and _idle() and d.codes[0] in _LIVE:
+                        ft = tuple(flat)
+                        loc = {"flat": ft}
+                        for check, run in d.runs:
+                            if check(loc):
+                                out = run(*ft)
+                                break
+                        else:
+                            out = self._through_dynamo(e, flat)
+                    else:
+                        out = self._through_dynamo(e, flat)
                     rec = e.record
                     if rec is not None and rec.unsafe is None and not rec.needs_inputs:
                         return rec.finish(out, None)
@@ -241,7 +258,16 @@ class Boundary:
     def _serve(self, e: _Entry, flat: list, args: tuple, kwargs: dict) -> Any:
         if e.compiled is None:
             return self._run_fallback(args, kwargs)
-        return self._finish(e, e.compiled(*flat), args, kwargs)
+        return self._finish(e, self._through_dynamo(e, flat), args, kwargs)
+
+    @staticmethod
+    def _through_dynamo(e: _Entry, flat: list) -> tuple:
+        """The body through ``torch.compile`` (compiling, recompiling or, when dynamo's
+        callback is on, as dynamo runs it); then its artifacts are read for direct calls."""
+        assert e.compiled is not None
+        out = e.compiled(*flat)
+        e.direct = direct_runs(e.compiled, e.direct)
+        return out
 
     def _finish(self, e: _Entry, out: tuple, args: tuple, kwargs: dict) -> Any:
         rec = e.record
