@@ -43,18 +43,22 @@ _PLAIN_OPS = frozenset({
     "CALL_FUNCTION", "CALL_METHOD", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD",
 })
 _CALLS = frozenset({"CALL", "CALL_FUNCTION", "CALL_METHOD"})
-# Attributes the code may read: dynamo's pre-graph hooks (called), a module's own dicts.
-_HOOKS = frozenset({"record_pregraph_bytecode_enter", "record_pregraph_bytecode_exit"})
-_MODULE_DICTS = frozenset({"_modules", "_parameters", "_buffers"})
+# Attributes the code may call: dynamo's pre-graph hooks, ``builtins.type``.
+_HOOKS = frozenset({"record_pregraph_bytecode_enter", "record_pregraph_bytecode_exit", "type"})
+# Attributes it may read: a module's own dicts; a class's dict, a property's getter and its
+# closure cells (how dynamo reaches a twin's child: ``type(m).__dict__[k].fget.__closure__``).
+_READS = frozenset({"_modules", "_parameters", "_buffers", "__dict__", "fget", "__closure__", "cell_contents"})
 # Methods the code may call: restoring a module's parameter dict (functional_call's replay).
 _DICT_METHODS = frozenset({"update", "clear"})
-_UTILS = "__import_torch_dot__dynamo_dot_utils"
+_MODULES = frozenset({"__import_torch_dot__dynamo_dot_utils", "__import_builtins"})
 _GRAPH = "__compiled_fn_"
+_SCOPE = "___unnamed_scope_"  # a traced function's globals, as dynamo names them
 
 
 def _plain(code: types.CodeType, ns: dict) -> bool:
-    """True when ``code`` only shuffles values, reads module dicts and calls compiled graphs,
-    dynamo's hooks and dict methods (counted: every call has one of those as its callee)."""
+    """True when ``code`` only shuffles values, reads module and class dicts and calls compiled
+    graphs, dynamo's hooks, ``type`` and dict methods (counted: every call has one of those
+    as its callee)."""
     if code.co_freevars or code.co_cellvars:
         return False
     if any(isinstance(c, types.CodeType) or callable(c) for c in code.co_consts):
@@ -69,12 +73,13 @@ def _plain(code: types.CodeType, ns: dict) -> bool:
         elif op == "LOAD_GLOBAL":
             if name.startswith(_GRAPH):
                 callees += 1
-            elif name != _UTILS and not isinstance(ns.get(name), torch.nn.Module):
+            elif not (name in _MODULES or isinstance(ns.get(name), torch.nn.Module)
+                      or (name.startswith(_SCOPE) and type(ns.get(name)) is dict)):
                 return False
         elif op == "LOAD_ATTR" or op == "LOAD_METHOD":
             if name in _HOOKS or (name in _DICT_METHODS and op == "LOAD_METHOD"):
                 callees += 1
-            elif name not in _MODULE_DICTS:
+            elif name not in _READS:
                 return False
     return calls <= callees
 

@@ -24,7 +24,9 @@ from guards.errors import DispatcherLimitWarning
 from . import _compat
 from ._boundary_direct import direct_runs
 from ._boundary_explain import autograd_reason, differs, dynamic_reason, wrapped_requiring_grad
-from ._boundary_trace import PLAIN as _PLAIN, Record, Unservable, collect, identity_check, make_body, record_from, walk
+from ._boundary_trace import (PLAIN as _PLAIN, Record, Unservable, collect, identity_check, make_body, param_getter,
+                               record_from, walk)
+from ._boundary_twins import twin_of
 from .base import WrapperTensor
 from .ctx import _PRESENT, CTX_ATTR as _CTX
 
@@ -125,12 +127,14 @@ class Boundary:
         self._n = 0
         self._clock = itertools.count(1)
         self._warned = False
-        self._params: list = []  # (holder dict, attr, tensor, qualified name) of wrapper params/buffers
+        self._params: list = []  # (holder dict, attr, tensor, qualified name, owner) of wrapper params/buffers
         self._param_keys: dict = {}  # the parameters' signature -> its number in the table's keys
         self._param_key = 0
         self._param_outer: list = []
         self._param_flat: list = []
         self._holder: torch.nn.Module | None = None  # the parameters' inner tensors as buffers
+        self._twins: dict = {}  # (parameter recipes, owners) -> the module's twin the bodies call
+        self._twin: Any = fn
         self._param_valid: Callable[[], bool] = lambda: True
         self._param_reason: str | None = None  # a parameter the boundary cannot take apart
         if self.module is not None:
@@ -144,7 +148,7 @@ class Boundary:
             for holder in (sub._parameters, sub._buffers):
                 for attr, t in holder.items():
                     if isinstance(t, WrapperTensor):
-                        plan.append((holder, attr, t, f"{prefix}.{attr}" if prefix else attr))
+                        plan.append((holder, attr, t, f"{prefix}.{attr}" if prefix else attr, sub))
         self._params = plan
         # The parameters' part of every call, walked once: while each holder still holds the
         # same wrapper with the same ctx and inner tensors (``_param_valid``, one generated
@@ -152,14 +156,14 @@ class Boundary:
         sig: list = []
         outer: list = []
         flat: list = []
+        recipes: list = []
         self._param_reason = None
-        for _, _, t, qual in plan:
+        for _, _, t, qual, _ in plan:
             try:
-                walk(t, sig, [], flat, None, f"self.{qual}")
+                recipes.append(walk(t, sig, [], flat, [], f"self.{qual}"))
             except Unservable as u:
                 self._param_reason = u.reason
             outer.append(t)
-        self._param_key = self._param_keys.setdefault(tuple(sig), len(self._param_keys))
         self._param_outer, self._param_flat = outer, flat
         # One holder for the boundary's life (compiled bodies read it): refilled in place.
         if self._holder is None:
@@ -167,15 +171,26 @@ class Boundary:
         self._holder._buffers.clear()
         for i, t in enumerate(flat):
             self._holder.register_buffer(f"t{i}", t, persistent=False)
-        self._param_valid = identity_check(plan)
+        edges: list = []
+        if self._param_reason is None:
+            # The bodies call a twin of the module (see _boundary_twins), one per parameter
+            # layout and module tree; the twin is part of the key, so a body compiled for
+            # one is never served for another.
+            tkey = (tuple(recipes), tuple(m for _, m in self.module.named_modules(remove_duplicate=False)))
+            got = self._twins.get(tkey)
+            if got is None:
+                getters = {(p[4], p[1]): param_getter(r, self._holder, f"param_{i}")
+                           for i, (p, r) in enumerate(zip(plan, recipes))}
+                got = self._twins[tkey] = twin_of(self.module, getters)
+            self._twin, edges = got
+        self._param_key = self._param_keys.setdefault((tuple(sig), self._twin), len(self._param_keys))
+        self._param_valid = identity_check(plan, edges)
 
     def _walk_params(self, sig: list, checked: list, flat: list, names: list | None) -> list:
-        for holder, attr, t, _ in self._params:
-            if holder.get(attr) is not t:  # reassigned since: plan again
-                self._plan_params()
-                break
+        if not self._param_valid():  # reassigned since: plan again
+            self._plan_params()
         recipes = []
-        for holder, attr, t, qual in self._params:
+        for holder, attr, t, qual, _ in self._params:
             r = walk(t, sig, checked, flat, names, f"self.{qual}")
             if names is not None:
                 recipes.append((qual, r))
@@ -282,7 +297,7 @@ class Boundary:
     def _inputs(self, args: tuple, kwargs: dict) -> list:
         """The wrappers of a call in the order the body rebuilds them (children first)."""
         out: list = []
-        for v in (*args, *kwargs.values(), *(t for _, _, t, _ in self._params)):
+        for v in (*args, *kwargs.values()):  # a module's parameters are rebuilt by its twin, not recorded
             collect(v, out)
         return out
 
@@ -297,8 +312,7 @@ class Boundary:
             sig2.append(k)
             names.append(("value", f"kwargs[{k!r}]"))
             kw_recipes.append((k, walk(v, sig2, checked2, flat2, names, f"kwargs[{k!r}]")))
-        held_from = len(flat2)
-        param_recipes = self._walk_params(sig2, checked2, flat2, names)
+        self._walk_params(sig2, checked2, flat2, names)
         reason = autograd_reason(checked2, names) if _grad_on() else None
         if reason is None:
             reason = dynamic_reason(checked2, names)
@@ -313,9 +327,8 @@ class Boundary:
             tag = hashlib.sha1(repr((_qual(self.fn), key,
                                      [tuple(t.shape) for t in checked])).encode()).hexdigest()[:10]
             entry_box: list = []
-            body = make_body(self.fn, self.module, arg_recipes, tuple(kw_recipes), tuple(param_recipes),
-                             lambda *a: _on_record(entry_box[0], *a), f"boundary_{tag}",
-                             holder=self._holder, held_from=held_from)
+            body = make_body(self._twin, arg_recipes, tuple(kw_recipes), lambda *a: _on_record(entry_box[0], *a),
+                             f"boundary_{tag}")
             compiled = torch.compile(body, **self._opts)
         e = _Entry(key, tuple(sig2), checked2, checked, grad, compiled, reason)
         if compiled is not None:
