@@ -21,7 +21,7 @@ from . import _compat
 from .base import WrapperTensor
 from .ctx import CTX_ATTR
 
-__all__ = ["PLAIN", "Unservable", "collect", "identity_check", "walk", "make_body", "param_getter", "Record",
+__all__ = ["PLAIN", "Unservable", "collect", "identity_check", "walk", "make_body", "param_getters", "Record",
            "record_from", "finish_for"]
 
 _Tensor = torch.Tensor
@@ -178,15 +178,21 @@ def _flatten_leaf(leaf: Any, out: list) -> None:
         out.append(leaf)
 
 
-def param_getter(recipe: Any, holder: Any, name: str) -> Callable:
-    """``get(self)``: a wrapper parameter rebuilt (inside the trace) from ``holder``'s buffers
-    ``t0, t1, ...`` by its ``walk`` recipe, ctx parts, size and stride as literals."""
+def param_getters(recipes: list, holder: Any) -> list:
+    """``get(self)`` per recipe: a wrapper parameter rebuilt (inside the trace) from
+    ``holder``'s buffers ``t0, t1, ...`` by its ``walk`` recipe, ctx parts, size and stride as
+    literals. They share one namespace: dynamo guards its globals once, not per parameter."""
     src = _Source(record=False)
     src.holder, src.held_from = holder, 0
-    out = src.expr(recipe)
-    text = "\n".join([f"def {name}(self):", *src.lines, f"    return {out}"])
-    exec(compile(text, f"<subclass_kit.compile {name}>", "exec"), src.ns)
-    return src.ns[name]
+    out = []
+    for i, r in enumerate(recipes):
+        src.lines = []
+        ret = src.expr(r)
+        name = f"param_{i}"
+        text = "\n".join([f"def {name}(self):", *src.lines, f"    return {ret}"])
+        exec(compile(text, f"<subclass_kit.compile {name}>", "exec"), src.ns)
+        out.append(src.ns.pop(name))
+    return out
 
 
 def make_body(fn: Callable, arg_recipes: tuple, kw_recipes: tuple, on_record: Callable, name: str) -> Callable:

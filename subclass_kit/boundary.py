@@ -24,7 +24,7 @@ from guards.errors import DispatcherLimitWarning
 from . import _compat
 from ._boundary_direct import direct_runs
 from ._boundary_explain import autograd_reason, differs, dynamic_reason, wrapped_requiring_grad
-from ._boundary_trace import (PLAIN as _PLAIN, Record, Unservable, collect, identity_check, make_body, param_getter,
+from ._boundary_trace import (PLAIN as _PLAIN, Record, Unservable, collect, identity_check, make_body, param_getters,
                                record_from, walk)
 from ._boundary_twins import twin_of
 from .base import WrapperTensor
@@ -179,8 +179,7 @@ class Boundary:
             tkey = (tuple(recipes), tuple(m for _, m in self.module.named_modules(remove_duplicate=False)))
             got = self._twins.get(tkey)
             if got is None:
-                getters = {(p[4], p[1]): param_getter(r, self._holder, f"param_{i}")
-                           for i, (p, r) in enumerate(zip(plan, recipes))}
+                getters = {(p[4], p[1]): g for p, g in zip(plan, param_getters(recipes, self._holder))}
                 got = self._twins[tkey] = twin_of(self.module, getters)
             self._twin, edges = got
         self._param_key = self._param_keys.setdefault((tuple(sig), self._twin), len(self._param_keys))
