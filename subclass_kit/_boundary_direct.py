@@ -28,7 +28,7 @@ import torch
 
 from . import _compat
 
-__all__ = ["Direct", "direct_runs"]
+__all__ = ["Direct", "direct_runs", "through_dynamo"]
 
 # Stack shuffling, local and container bytecode: what dynamo's transformed code is made of
 # around the graph call (Python 3.10-3.13 spellings). An opcode outside this set keeps the
@@ -119,10 +119,18 @@ def direct_runs(compiled: Any, old: "Direct | None" = None) -> "Direct | None":
     arts = _compat.dynamo_artifacts(compiled)
     if old is not None and old.count == len(arts) and old.live(_compat.dynamo_live_codes()):
         return old
-    runs = []
+    runs: list = []
     for check, code, ns in arts:
         if not _plain(code, ns):
             runs = []
             break
         runs.append((check, _runner(code, ns)))
     return Direct(tuple(runs), len(arts), tuple(id(code) for _, code, _ in arts))
+
+
+def through_dynamo(entry: Any, flat: list) -> tuple:
+    """``entry``'s body through ``torch.compile`` (compiling, recompiling, or as dynamo runs
+    it while its callback is on); then its artifacts are read again for direct calls."""
+    out = entry.compiled(*flat)
+    entry.direct = direct_runs(entry.compiled, entry.direct)
+    return out

@@ -22,8 +22,8 @@ import torch
 from guards.errors import DispatcherLimitWarning
 
 from . import _compat
-from ._boundary_direct import direct_runs
-from ._boundary_explain import autograd_reason, differs, dynamic_reason, wrapped_requiring_grad
+from ._boundary_direct import through_dynamo
+from ._boundary_explain import autograd_reason, dynamic_reason, explain_call, wrapped_requiring_grad
 from ._boundary_trace import (PLAIN as _PLAIN, Record, Unservable, collect, identity_check, make_body, param_getters,
                                record_from, walk)
 from ._boundary_twins import twin_of
@@ -260,9 +260,9 @@ class Boundary:
                                 out = run(*ft)
                                 break
                         else:
-                            out = self._through_dynamo(e, flat)
+                            out = through_dynamo(e, flat)
                     else:
-                        out = self._through_dynamo(e, flat)
+                        out = through_dynamo(e, flat)
                     rec = e.record
                     if rec is not None and rec.unsafe is None and not rec.needs_inputs:
                         return rec.finish(out, None)
@@ -272,16 +272,8 @@ class Boundary:
     def _serve(self, e: _Entry, flat: list, args: tuple, kwargs: dict) -> Any:
         if e.compiled is None:
             return self._run_fallback(args, kwargs)
-        return self._finish(e, self._through_dynamo(e, flat), args, kwargs)
+        return self._finish(e, through_dynamo(e, flat), args, kwargs)
 
-    @staticmethod
-    def _through_dynamo(e: _Entry, flat: list) -> tuple:
-        """The body through ``torch.compile`` (compiling, recompiling or, when dynamo's
-        callback is on, as dynamo runs it); then its artifacts are read for direct calls."""
-        assert e.compiled is not None
-        out = e.compiled(*flat)
-        e.direct = direct_runs(e.compiled, e.direct)
-        return out
 
     def _finish(self, e: _Entry, out: tuple, args: tuple, kwargs: dict) -> Any:
         rec = e.record
@@ -403,35 +395,7 @@ class Boundary:
             >>> f.explain(BlockScaled.from_float(torch.ones(64, 2), block=16))
             ['artifact 0: args[0]: ctx.block: expected 32, got 16']
         """
-        names: list = []
-        sig: list = []
-        checked: list = []
-        try:
-            for i, a in enumerate(args):
-                walk(a, sig, checked, [], names, f"args[{i}]")
-            for k, v in kwargs.items():
-                sig.append(k)
-                names.append(("value", f"kwargs[{k!r}]"))
-                walk(v, sig, checked, [], names, f"kwargs[{k!r}]")
-            self._walk_params(sig, checked, [], names)
-            hash(tuple(sig))
-        except Unservable as u:
-            return [f"falls back to torch.compile: {u.reason}"]
-        except TypeError as err:
-            return [f"falls back to torch.compile: an argument is not hashable ({err})"]
-        grad = _grad_on()
-        reason = (autograd_reason(checked, names) if grad else None) or dynamic_reason(checked, names)
-        entries = sorted((x for b in self._table.values() for x in b), key=lambda x: x.used)
-        if not entries:
-            return ["no artifact yet: the next call compiles" + (f" (no: falls back to torch.compile: {reason})" if reason else "")]
-        out = []
-        for i, e in enumerate(entries):
-            why = differs(e, sig, names, checked) or (
-                None if e.grad is None or e.grad is grad else f"grad mode: expected {e.grad}, got {grad}")
-            if why is None:
-                why = "accepts" + (f", falls back to torch.compile: {e.reason}" if e.reason else "")
-            out.append(f"artifact {i}: {why}")
-        return out
+        return explain_call(self, args, kwargs)
 
     def __repr__(self) -> str:
         return f"<subclass_kit.compile of {_qual(self.fn)}: {len(self)} artifacts, limit {self.limit}>"
