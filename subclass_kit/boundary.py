@@ -131,6 +131,7 @@ class Boundary:
         self._param_keys: dict = {}  # the parameters' signature -> its number in the table's keys
         self._param_key = 0
         self._param_outer: list = []
+        self._param_recipes: list = []
         self._param_flat: list = []
         self._holder: torch.nn.Module | None = None  # the parameters' inner tensors as buffers
         self._twins: dict = {}  # (parameter recipes, owners) -> the module's twin the bodies call
@@ -164,7 +165,7 @@ class Boundary:
             except Unservable as u:
                 self._param_reason = u.reason
             outer.append(t)
-        self._param_outer, self._param_flat = outer, flat
+        self._param_outer, self._param_flat, self._param_recipes = outer, flat, recipes
         # One holder for the boundary's life (compiled bodies read it): refilled in place.
         if self._holder is None:
             self._holder = torch.nn.Module()
@@ -184,6 +185,12 @@ class Boundary:
             self._twin, edges = got
         self._param_key = self._param_keys.setdefault((tuple(sig), self._twin), len(self._param_keys))
         self._param_valid = identity_check(plan, edges)
+
+    def _params_relaid(self) -> bool:
+        """A wrapper parameter's layout changed in place since the plan (same objects: the
+        identity check passes, the twin's getters would rebuild it with the old layout)."""
+        flat: list = []
+        return [walk(t, [], [], flat, [], "") for t in self._param_outer] != self._param_recipes
 
     def _walk_params(self, sig: list, checked: list, flat: list, names: list | None) -> list:
         if not self._param_valid():  # reassigned since: plan again
@@ -293,6 +300,9 @@ class Boundary:
         return out
 
     def _miss(self, key: tuple, checked: list, flat: list, args: tuple, kwargs: dict) -> Any:
+        if self._params and self._param_reason is None and self._params_relaid():
+            self._plan_params()  # a parameter's layout changed in place: its twin is rebuilt
+            return self(*args, **kwargs)
         names: list = []
         sig2: list = []
         checked2: list = []

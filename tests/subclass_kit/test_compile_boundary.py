@@ -283,3 +283,26 @@ def test_a_module_is_called_through_a_twin_and_left_untouched():
         m.append(torch.nn.Tanh())  # a child added to the root: the twin's children are live
         assert_same(f(x), m(x))
     assert f.fallback_calls == 0
+
+
+class _MatWeight(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(_two(4, 6, seed=2), requires_grad=False)
+
+    def forward(self, x):
+        return x @ self.w
+
+
+def test_a_parameter_relaid_in_place_is_picked_up():
+    m = _MatWeight()
+    f, cnt = _counted(m)
+    x, x2 = _two(3, 4), _two(3, 6)
+    with torch.no_grad():
+        assert_same(f(x), m(x))
+        m.w.t_()  # the same wrapper, its layout changed in place: (4, 6) -> (6, 4)
+        assert_same(f(x2), m(x2))
+        assert cnt.frame_count == 2
+        m.w.t_()
+        assert_same(f(x), m(x))  # back to the first layout and its artifact
+    assert cnt.frame_count == 2 and f.fallback_calls == 0
