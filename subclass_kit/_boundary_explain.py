@@ -10,9 +10,10 @@ from __future__ import annotations
 from typing import Any
 
 from . import _compat
+from ._boundary_trace import Unservable, walk
 from .ctx import SubclassCtx
 
-__all__ = ["autograd_reason", "dynamic_reason", "wrapped_requiring_grad", "differs"]
+__all__ = ["autograd_reason", "dynamic_reason", "wrapped_requiring_grad", "differs", "explain_call"]
 
 _LAYOUT = ("size()", "stride()", "dtype", "device", "requires_grad")
 
@@ -88,3 +89,36 @@ def _show(v: Any) -> str:
     if type(v) is tuple and len(v) == 2 and isinstance(v[0], type):
         return f"{v[1]!r}" if v[0] not in (list, tuple, dict) else f"a {v[0].__name__} of {v[1]!r}"
     return repr(v)
+
+
+def explain_call(boundary: Any, args: tuple, kwargs: dict) -> list[str]:
+    """``Boundary.explain`` (see there): the call walked with names, against every artifact."""
+    names: list = []
+    sig: list = []
+    checked: list = []
+    try:
+        for i, a in enumerate(args):
+            walk(a, sig, checked, [], names, f"args[{i}]")
+        for k, v in kwargs.items():
+            sig.append(k)
+            names.append(("value", f"kwargs[{k!r}]"))
+            walk(v, sig, checked, [], names, f"kwargs[{k!r}]")
+        boundary._walk_params(sig, checked, [], names)
+        hash(tuple(sig))
+    except Unservable as u:
+        return [f"falls back to torch.compile: {u.reason}"]
+    except TypeError as err:
+        return [f"falls back to torch.compile: an argument is not hashable ({err})"]
+    grad = _compat.is_grad_mode_on()
+    reason = (autograd_reason(checked, names) if grad else None) or dynamic_reason(checked, names)
+    entries = sorted((x for b in boundary._table.values() for x in b), key=lambda x: x.used)
+    if not entries:
+        return ["no artifact yet: the next call compiles" + (f" (no: falls back to torch.compile: {reason})" if reason else "")]
+    out = []
+    for i, e in enumerate(entries):
+        why = differs(e, sig, names, checked) or (
+            None if e.grad is None or e.grad is grad else f"grad mode: expected {e.grad}, got {grad}")
+        if why is None:
+            why = "accepts" + (f", falls back to torch.compile: {e.reason}" if e.reason else "")
+        out.append(f"artifact {i}: {why}")
+    return out

@@ -21,7 +21,8 @@ from . import _compat
 from .base import WrapperTensor
 from .ctx import CTX_ATTR
 
-__all__ = ["PLAIN", "Unservable", "collect", "identity_check", "walk", "make_body", "Record", "record_from", "finish_for"]
+__all__ = ["PLAIN", "Unservable", "collect", "identity_check", "walk", "make_body", "param_getters", "Record",
+           "record_from", "finish_for"]
 
 _Tensor = torch.Tensor
 _Parameter = torch.nn.Parameter
@@ -108,13 +109,14 @@ class _Source:
     """Python source for the body: literal constants inline, anything else as a global of
     the body's own namespace (dynamo guards a literal in the code not at all, a global once)."""
 
-    def __init__(self) -> None:
+    def __init__(self, record: bool = True) -> None:
         self.lines: list = []
         self.ns: dict = {}
         self.names: dict = {}  # id(value) -> its global (the values live in ns meanwhile)
         self.held_from = 1 << 62
         self.holder: Any = None
         self.n_wrappers = 0
+        self.record = record  # rebuilt wrappers go to ``rebuilt`` (the body's inputs)
 
     def const(self, v: Any) -> str:
         if _is_literal(v):
@@ -139,7 +141,8 @@ class _Source:
             self.n_wrappers += 1
             args = ", ".join(self.const(c) for c in (owner, fields, dtype, present, size, stride))
             self.lines.append(f"    {name} = {self.const(rebuild)}(({inners},), {args})")
-            self.lines.append(f"    rebuilt.append({name})")
+            if self.record:
+                self.lines.append(f"    rebuilt.append({name})")
             return name
         if kind == "list":
             return "[" + ", ".join(self.expr(k) for k in r[1]) + "]"
@@ -175,27 +178,36 @@ def _flatten_leaf(leaf: Any, out: list) -> None:
         out.append(leaf)
 
 
-def make_body(fn: Callable, module: Any, arg_recipes: tuple, kw_recipes: tuple, param_recipes: tuple,
-              on_record: Callable, name: str, holder: Any = None, held_from: int = 0) -> Callable:
+def param_getters(recipes: list, holder: Any) -> list:
+    """``get(self)`` per recipe: a wrapper parameter rebuilt (inside the trace) from
+    ``holder``'s buffers ``t0, t1, ...`` by its ``walk`` recipe, ctx parts, size and stride as
+    literals. They share one namespace: dynamo guards its globals once, not per parameter."""
+    src = _Source(record=False)
+    src.holder, src.held_from = holder, 0
+    out = []
+    for i, r in enumerate(recipes):
+        src.lines = []
+        ret = src.expr(r)
+        name = f"param_{i}"
+        text = "\n".join([f"def {name}(self):", *src.lines, f"    return {ret}"])
+        exec(compile(text, f"<subclass_kit.compile {name}>", "exec"), src.ns)
+        out.append(src.ns.pop(name))
+    return out
+
+
+def make_body(fn: Callable, arg_recipes: tuple, kw_recipes: tuple, on_record: Callable, name: str) -> Callable:
     """The function ``torch.compile`` sees for one signature: plain tensors in, plain tensors out.
 
     Generated as source with the ctx parts, sizes and strides as literals, so dynamo guards
     the plain tensors and little else; named ``name``, so dynamo keeps its cache, its
-    automatic-dynamic state and its recompiles per signature, as the boundary does.
+    automatic-dynamic state and its recompiles per signature, as the boundary does. ``fn``
+    is the function, or a module's twin (``_boundary_twins``: its wrapper parameters are
+    rebuilt from the boundary's holder of plain tensors by properties).
     """
     src = _Source()
-    if holder is not None:
-        # A module's wrapper parameters' inner tensors are read from ``holder``'s buffers,
-        # not passed in: dynamo skips the tensor guards of a module whose buffer dict is
-        # unchanged, as it does for the parameters of a module it compiles.
-        src.holder, src.held_from = holder, held_from
     args = "(" + "".join(src.expr(r) + ", " for r in arg_recipes) + ")"
     kwargs = "{" + ", ".join(f"{k!r}: {src.expr(r)}" for k, r in kw_recipes) + "}"
-    if module is None:
-        call = f"{src.const(fn)}(*{args}, **{kwargs})"
-    else:
-        params = "{" + ", ".join(f"{k!r}: {src.expr(r)}" for k, r in param_recipes) + "}"
-        call = f"{src.const(torch.func.functional_call)}({src.const(module)}, {params}, {args}, {kwargs})"
+    call = f"{src.const(fn)}(*{args}, **{kwargs})"
 
     def hook(c):  # runs while dynamo traces the body; made here, outside it, as comptime needs
         on_record(_compat.comptime_items(c, "leaves"), _compat.comptime_constant(c, "spec"),
@@ -352,9 +364,10 @@ def finish_for(rec: Record) -> Callable[[tuple, list | None], Any]:
     return finish
 
 
-def identity_check(plan: list) -> Callable[[], bool]:
+def identity_check(plan: list, edges: list = ()) -> Callable[[], bool]:  # type: ignore[assignment]
     """``valid()``: every holder still holds its wrapper, with the same ctx and inner tensors
-    (nested ones too), checked by identity in one generated expression."""
+    (nested ones too), and every ``(modules dict, name, child)`` edge its child, checked by
+    identity in one generated expression."""
     ns: dict = {}
     terms: list = []
 
@@ -371,9 +384,11 @@ def identity_check(plan: list) -> Callable[[], bool]:
             if isinstance(x, WrapperTensor):
                 visit(x)
 
-    for holder, attr, t, _ in plan:
+    for holder, attr, t, *_ in plan:
         terms.append(f"{name(holder)}.get({attr!r}) is {name(t)}")
         visit(t)
+    for modules, key, child in edges:
+        terms.append(f"{name(modules)}.get({key!r}) is {name(child)}")
     text = "def valid():\n    try:\n        return " + " and ".join(terms or ["True"]) + \
         "\n    except KeyError:\n        return False\n"
     exec(compile(text, "<subclass_kit.compile parameters>", "exec"), ns)

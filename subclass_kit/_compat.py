@@ -1016,3 +1016,53 @@ def root_mesh_dim(mesh):
         return None
     dim = mesh._get_root_mesh_dim()
     return None if dim is None else (root, dim)
+
+
+# ---- the compile boundary's direct call (_boundary_direct.py) ---------------------------------
+
+
+def dynamo_artifacts(compiled) -> list:
+    """What dynamo keeps for the frame of ``compiled`` (a ``torch.compile``'d function): one
+    ``(guard_check, code, globals)`` per cache entry, most recently used first.
+    ``guard_check({"<arg>": value, ...})`` is dynamo's own C++ guard tree over the frame's
+    locals (everything dynamo would check before running ``code``: tensors, aliasing, global
+    state, whatever the traced code read); ``code`` is the bytecode dynamo runs when it passes.
+    """
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+    from torch._dynamo.eval_frame import innermost_fn
+
+    fn = innermost_fn(compiled)
+    return [(ce.guard_manager.root.check, ce.code, fn.__globals__)
+            for ce in _debug_get_cache_entry_list(fn.__code__)]
+
+
+def dynamo_live_codes() -> set:
+    """The ids of the code objects dynamo produced and still holds (``torch._dynamo.reset()``
+    empties it, in place): an id missing from it is an artifact dynamo has dropped."""
+    from torch._dynamo import convert_frame
+
+    return convert_frame.output_codes.seen_ids
+
+
+def dynamo_idle():
+    """A zero-argument function, True while no dynamo callback is active (not inside a
+    compiled region's eager parts, nor tracing) and ``torch.compiler.set_stance`` is at its
+    default: then running dynamo's code for a frame after its guards pass is what dynamo
+    itself would do."""
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback
+    from torch._dynamo import eval_frame
+
+    def idle() -> bool:
+        s = eval_frame._stance
+        return (get_eval_frame_callback() is None and s.stance == "default" and not s.skip_guard_eval_unsafe
+                and s.backend is None)
+
+    return idle
+
+
+def dynamo_disabled_inner(fn):
+    """The function a ``torch._dynamo.disable`` wrapper calls (or None if ``fn`` is not one):
+    with no dynamo callback active the wrapper only switches it off and on again."""
+    if getattr(fn, "_torchdynamo_disable", False) and not torch.compiler.is_exporting():
+        return getattr(fn, "_torchdynamo_orig_callable", None)
+    return None

@@ -22,8 +22,11 @@ import torch
 from guards.errors import DispatcherLimitWarning
 
 from . import _compat
-from ._boundary_explain import autograd_reason, differs, dynamic_reason, wrapped_requiring_grad
-from ._boundary_trace import PLAIN as _PLAIN, Record, Unservable, collect, identity_check, make_body, record_from, walk
+from ._boundary_direct import through_dynamo
+from ._boundary_explain import autograd_reason, dynamic_reason, explain_call, wrapped_requiring_grad
+from ._boundary_trace import (PLAIN as _PLAIN, Record, Unservable, collect, identity_check, make_body, param_getters,
+                               record_from, walk)
+from ._boundary_twins import twin_of
 from .base import WrapperTensor
 from .ctx import _PRESENT, CTX_ATTR as _CTX
 
@@ -31,6 +34,8 @@ __all__ = ["compile", "Boundary"]
 
 _Tensor = torch.Tensor
 _grad_on = _compat.is_grad_mode_on
+_idle = _compat.dynamo_idle()
+_LIVE = _compat.dynamo_live_codes()
 #: kit classes without declared state: their instances are walked inline by ``__call__``
 _FLAT_CLASSES: set = set()
 
@@ -75,7 +80,8 @@ def compile(fn_or_module: Callable | torch.nn.Module, /, *, backend: Any = "indu
 class _Entry:
     """One signature and layout: its compiled body (or the reason it falls back)."""
 
-    __slots__ = ("sig", "full_sig", "layout", "check", "grad", "compiled", "record", "reason", "hits", "used")
+    __slots__ = ("sig", "full_sig", "layout", "check", "grad", "compiled", "direct", "record", "reason", "hits",
+                 "used")
 
     def __init__(self, sig, full_sig, full_checked, checked, grad, compiled, reason) -> None:
         self.sig = sig  # the table's key (a module's parameters by their plan's number)
@@ -85,6 +91,8 @@ class _Entry:
         #: None: serves in either grad mode; True/False: only in that one
         self.grad = grad
         self.compiled = compiled
+        #: dynamo's artifacts of ``compiled``, run without its frame entry (_boundary_direct)
+        self.direct: Any = None
         self.record: Record | None = None
         self.reason = reason
         self.hits = 0
@@ -119,12 +127,15 @@ class Boundary:
         self._n = 0
         self._clock = itertools.count(1)
         self._warned = False
-        self._params: list = []  # (holder dict, attr, tensor, qualified name) of wrapper params/buffers
+        self._params: list = []  # (holder dict, attr, tensor, qualified name, owner) of wrapper params/buffers
         self._param_keys: dict = {}  # the parameters' signature -> its number in the table's keys
         self._param_key = 0
         self._param_outer: list = []
+        self._param_recipes: list = []
         self._param_flat: list = []
         self._holder: torch.nn.Module | None = None  # the parameters' inner tensors as buffers
+        self._twins: dict = {}  # (parameter recipes, owners) -> the module's twin the bodies call
+        self._twin: Any = fn
         self._param_valid: Callable[[], bool] = lambda: True
         self._param_reason: str | None = None  # a parameter the boundary cannot take apart
         if self.module is not None:
@@ -138,7 +149,7 @@ class Boundary:
             for holder in (sub._parameters, sub._buffers):
                 for attr, t in holder.items():
                     if isinstance(t, WrapperTensor):
-                        plan.append((holder, attr, t, f"{prefix}.{attr}" if prefix else attr))
+                        plan.append((holder, attr, t, f"{prefix}.{attr}" if prefix else attr, sub))
         self._params = plan
         # The parameters' part of every call, walked once: while each holder still holds the
         # same wrapper with the same ctx and inner tensors (``_param_valid``, one generated
@@ -146,30 +157,46 @@ class Boundary:
         sig: list = []
         outer: list = []
         flat: list = []
+        recipes: list = []
         self._param_reason = None
-        for _, _, t, qual in plan:
+        for _, _, t, qual, _ in plan:
             try:
-                walk(t, sig, [], flat, None, f"self.{qual}")
+                recipes.append(walk(t, sig, [], flat, [], f"self.{qual}"))
             except Unservable as u:
                 self._param_reason = u.reason
             outer.append(t)
-        self._param_key = self._param_keys.setdefault(tuple(sig), len(self._param_keys))
-        self._param_outer, self._param_flat = outer, flat
+        self._param_outer, self._param_flat, self._param_recipes = outer, flat, recipes
         # One holder for the boundary's life (compiled bodies read it): refilled in place.
         if self._holder is None:
             self._holder = torch.nn.Module()
         self._holder._buffers.clear()
         for i, t in enumerate(flat):
             self._holder.register_buffer(f"t{i}", t, persistent=False)
-        self._param_valid = identity_check(plan)
+        edges: list = []
+        if self._param_reason is None:
+            # The bodies call a twin of the module (see _boundary_twins), one per parameter
+            # layout and module tree; the twin is part of the key, so a body compiled for
+            # one is never served for another.
+            tkey = (tuple(recipes), tuple(m for _, m in self.module.named_modules(remove_duplicate=False)))
+            got = self._twins.get(tkey)
+            if got is None:
+                getters = {(p[4], p[1]): g for p, g in zip(plan, param_getters(recipes, self._holder))}
+                got = self._twins[tkey] = twin_of(self.module, getters)
+            self._twin, edges = got
+        self._param_key = self._param_keys.setdefault((tuple(sig), self._twin), len(self._param_keys))
+        self._param_valid = identity_check(plan, edges)
+
+    def _params_relaid(self) -> bool:
+        """A wrapper parameter's layout changed in place since the plan (same objects: the
+        identity check passes, the twin's getters would rebuild it with the old layout)."""
+        flat: list = []
+        return [walk(t, [], [], flat, [], "") for t in self._param_outer] != self._param_recipes
 
     def _walk_params(self, sig: list, checked: list, flat: list, names: list | None) -> list:
-        for holder, attr, t, _ in self._params:
-            if holder.get(attr) is not t:  # reassigned since: plan again
-                self._plan_params()
-                break
+        if not self._param_valid():  # reassigned since: plan again
+            self._plan_params()
         recipes = []
-        for holder, attr, t, qual in self._params:
+        for holder, attr, t, qual, _ in self._params:
             r = walk(t, sig, checked, flat, names, f"self.{qual}")
             if names is not None:
                 recipes.append((qual, r))
@@ -231,7 +258,18 @@ class Boundary:
                     e.used = next(self._clock)
                     if e.compiled is None:
                         return self._run_fallback(args, kwargs)
-                    out = e.compiled(*flat)
+                    d = e.direct
+                    if d is not None and d.runs and _idle() and d.codes[0] in _LIVE:
+                        ft = tuple(flat)
+                        loc = {"flat": ft}
+                        for check, run in d.runs:
+                            if check(loc):
+                                out = run(*ft)
+                                break
+                        else:
+                            out = through_dynamo(e, flat)
+                    else:
+                        out = through_dynamo(e, flat)
                     rec = e.record
                     if rec is not None and rec.unsafe is None and not rec.needs_inputs:
                         return rec.finish(out, None)
@@ -241,7 +279,8 @@ class Boundary:
     def _serve(self, e: _Entry, flat: list, args: tuple, kwargs: dict) -> Any:
         if e.compiled is None:
             return self._run_fallback(args, kwargs)
-        return self._finish(e, e.compiled(*flat), args, kwargs)
+        return self._finish(e, through_dynamo(e, flat), args, kwargs)
+
 
     def _finish(self, e: _Entry, out: tuple, args: tuple, kwargs: dict) -> Any:
         rec = e.record
@@ -256,11 +295,14 @@ class Boundary:
     def _inputs(self, args: tuple, kwargs: dict) -> list:
         """The wrappers of a call in the order the body rebuilds them (children first)."""
         out: list = []
-        for v in (*args, *kwargs.values(), *(t for _, _, t, _ in self._params)):
+        for v in (*args, *kwargs.values()):  # a module's parameters are rebuilt by its twin, not recorded
             collect(v, out)
         return out
 
     def _miss(self, key: tuple, checked: list, flat: list, args: tuple, kwargs: dict) -> Any:
+        if self._params and self._param_reason is None and self._params_relaid():
+            self._plan_params()  # a parameter's layout changed in place: its twin is rebuilt
+            return self(*args, **kwargs)
         names: list = []
         sig2: list = []
         checked2: list = []
@@ -271,8 +313,7 @@ class Boundary:
             sig2.append(k)
             names.append(("value", f"kwargs[{k!r}]"))
             kw_recipes.append((k, walk(v, sig2, checked2, flat2, names, f"kwargs[{k!r}]")))
-        held_from = len(flat2)
-        param_recipes = self._walk_params(sig2, checked2, flat2, names)
+        self._walk_params(sig2, checked2, flat2, names)
         reason = autograd_reason(checked2, names) if _grad_on() else None
         if reason is None:
             reason = dynamic_reason(checked2, names)
@@ -287,9 +328,8 @@ class Boundary:
             tag = hashlib.sha1(repr((_qual(self.fn), key,
                                      [tuple(t.shape) for t in checked])).encode()).hexdigest()[:10]
             entry_box: list = []
-            body = make_body(self.fn, self.module, arg_recipes, tuple(kw_recipes), tuple(param_recipes),
-                             lambda *a: _on_record(entry_box[0], *a), f"boundary_{tag}",
-                             holder=self._holder, held_from=held_from)
+            body = make_body(self._twin, arg_recipes, tuple(kw_recipes), lambda *a: _on_record(entry_box[0], *a),
+                             f"boundary_{tag}")
             compiled = torch.compile(body, **self._opts)
         e = _Entry(key, tuple(sig2), checked2, checked, grad, compiled, reason)
         if compiled is not None:
@@ -365,35 +405,7 @@ class Boundary:
             >>> f.explain(BlockScaled.from_float(torch.ones(64, 2), block=16))
             ['artifact 0: args[0]: ctx.block: expected 32, got 16']
         """
-        names: list = []
-        sig: list = []
-        checked: list = []
-        try:
-            for i, a in enumerate(args):
-                walk(a, sig, checked, [], names, f"args[{i}]")
-            for k, v in kwargs.items():
-                sig.append(k)
-                names.append(("value", f"kwargs[{k!r}]"))
-                walk(v, sig, checked, [], names, f"kwargs[{k!r}]")
-            self._walk_params(sig, checked, [], names)
-            hash(tuple(sig))
-        except Unservable as u:
-            return [f"falls back to torch.compile: {u.reason}"]
-        except TypeError as err:
-            return [f"falls back to torch.compile: an argument is not hashable ({err})"]
-        grad = _grad_on()
-        reason = (autograd_reason(checked, names) if grad else None) or dynamic_reason(checked, names)
-        entries = sorted((x for b in self._table.values() for x in b), key=lambda x: x.used)
-        if not entries:
-            return ["no artifact yet: the next call compiles" + (f" (no: falls back to torch.compile: {reason})" if reason else "")]
-        out = []
-        for i, e in enumerate(entries):
-            why = differs(e, sig, names, checked) or (
-                None if e.grad is None or e.grad is grad else f"grad mode: expected {e.grad}, got {grad}")
-            if why is None:
-                why = "accepts" + (f", falls back to torch.compile: {e.reason}" if e.reason else "")
-            out.append(f"artifact {i}: {why}")
-        return out
+        return explain_call(self, args, kwargs)
 
     def __repr__(self) -> str:
         return f"<subclass_kit.compile of {_qual(self.fn)}: {len(self)} artifacts, limit {self.limit}>"

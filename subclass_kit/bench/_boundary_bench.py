@@ -8,7 +8,9 @@ floor, the kit's TwoTensor through ``torch.compile`` and through the boundary.
 ``ScaledTensor`` (per-row scale), batch 1, ratios to the same model with plain weights:
 the boundary, ``torch.compile`` on the same model, torchao's int8 weights (``Int8Tensor``,
 per row) under ``torch.compile`` when torchao is installed, and the boundary's own body
-called on its flat inputs (the graph without any per-call work around it). A row's
+called through ``torch.compile`` on its flat inputs (the weights' graph with dynamo's entry
+and guards, none of the kit's per-call work; the boundary itself runs dynamo's artifact
+without that entry, see ``_boundary_direct``). A row's
 ``overhead_us`` is its median minus the plain-weight model's. No ``dynamic=`` anywhere: in
 torch 2.13 it re-applies a config patch on every call.
 """

@@ -206,3 +206,103 @@ def test_inductor_values_equal_eager():
         assert_same(f(x, y), fn(x, y))
         assert_same(f(x, y), fn(x, y))
     assert f.fallback_calls == 0 and len(f) == 1
+
+
+# ---- the direct call: dynamo's artifact run without its frame entry, its guards kept --------
+_SCALE = 2.0
+
+
+def _scaled(x):
+    return x * _SCALE
+
+
+def test_direct_calls_keep_dynamos_guards_and_follow_a_reset():
+    global _SCALE
+    f, cnt = _counted(_scaled)
+    x = _two(4, 3)
+    with torch.no_grad():
+        for _ in range(2):
+            assert_same(f(x), x * 2.0)
+        (entry,) = [e for b in f._table.values() for e in b]
+        assert entry.direct is not None and len(entry.direct.runs) == 1  # armed: served directly
+        try:
+            _SCALE = 3.0  # read by the trace: dynamo's guard on it fails, dynamo recompiles
+            assert_same(f(x), x * 3.0)
+            assert cnt.frame_count == 2
+            assert_same(f(x), x * 3.0)
+        finally:
+            _SCALE = 2.0
+        assert_same(f(x), x * 2.0)  # dynamo's first entry again, its guard passes
+        assert cnt.frame_count == 2
+        torch._dynamo.reset()  # dynamo drops its artifacts: not served from them any more
+        assert_same(f(x), x * 2.0)
+        assert cnt.frame_count == 3
+    assert f.fallback_calls == 0
+
+
+def test_direct_calls_keep_aliasing_graph_breaks_and_stance():
+    f, cnt = _counted(lambda x, y: x * y + x)
+    x, y = _two(4, 3), _two(4, 3, seed=1)
+    with torch.no_grad():
+        assert_same(f(x, x), x * x + x)  # one wrapper twice: dynamo's graph takes it once
+        assert_same(f(x, y), x * y + x)  # same key and layouts: dynamo's aliasing guard tells
+        assert cnt.frame_count == 2
+        with torch.compiler.set_stance("force_eager"):
+            assert_same(f(x, y), x * y + x)
+        assert cnt.frame_count == 2
+
+    def broken(x):
+        torch._dynamo.graph_break()
+        return x + 1
+
+    g, cnt = _counted(broken)
+    with torch.no_grad():
+        for _ in range(2):
+            assert_same(g(x), x + 1)
+    (entry,) = [e for b in g._table.values() for e in b]
+    assert entry.direct is not None and entry.direct.runs == ()  # a resume function: dynamo's path
+
+
+def test_a_module_is_called_through_a_twin_and_left_untouched():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))
+    for i in (0, 2):
+        m[i].weight = torch.nn.Parameter(ScaledTensor.from_float(m[i].weight.detach()), requires_grad=False)
+    weights = [m[0].weight, m[2].weight]
+    f, cnt = _counted(m)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        for _ in range(2):
+            assert_same(f(x), m(x))
+        assert [m[0].weight, m[2].weight] == weights and type(m[0]) is torch.nn.Linear  # noqa: E721
+        m[0].bias = torch.nn.Parameter(torch.randn(8))  # a plain parameter: read live
+        assert_same(f(x), m(x))
+        m[2] = torch.nn.Linear(8, 8)  # a new child: planned again
+        m[2].weight = torch.nn.Parameter(ScaledTensor.from_float(torch.randn(8, 8)), requires_grad=False)
+        assert_same(f(x), m(x))
+        m.append(torch.nn.Tanh())  # a child added to the root: the twin's children are live
+        assert_same(f(x), m(x))
+    assert f.fallback_calls == 0
+
+
+class _MatWeight(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(_two(4, 6, seed=2), requires_grad=False)
+
+    def forward(self, x):
+        return x @ self.w
+
+
+def test_a_parameter_relaid_in_place_is_picked_up():
+    m = _MatWeight()
+    f, cnt = _counted(m)
+    x, x2 = _two(3, 4), _two(3, 6)
+    with torch.no_grad():
+        assert_same(f(x), m(x))
+        m.w.t_()  # the same wrapper, its layout changed in place: (4, 6) -> (6, 4)
+        assert_same(f(x2), m(x2))
+        assert cnt.frame_count == 2
+        m.w.t_()
+        assert_same(f(x), m(x))  # back to the first layout and its artifact
+    assert cnt.frame_count == 2 and f.fallback_calls == 0
