@@ -29,7 +29,8 @@ from operator import mul
 from ... import _compat
 from ...ctx import ctx_of
 from .._layout import chunk_size
-from ..placements import Replicate, Shard
+from ..mesh import LAYOUTS_SEEN
+from ..placements import Replicate, Shard, _StridedShard
 from ..tensor import ShardedTensor, placements_of, sig_of, spec
 from ._common import TensorMeta, aten, global_meta, move, fast_plan, planned, spec_of, wrap_out
 
@@ -238,6 +239,33 @@ def _regroup_target(in_shape, out_shape, d, k):
     return None
 
 
+def _strided_target(in_shape, out_shape, d, k):
+    """``(e, split_factor)`` when the view merges ``d`` into output dim ``e`` after other
+    dims (a flatten of ``(B, S, H)`` sharded on ``S`` into ``(B*S, H)``), else None.
+
+    Each rank's rows of ``d`` then form, for each of the ``split_factor`` index tuples of
+    the dims merged before it, one run of ``e``: torch's ``_StridedShard(e, split_factor)``,
+    reached with no communication (as DTensor). Even chunks only (``k`` divides ``d``'s size:
+    an uneven chunk of ``d`` times the trailing dims is not the strided chunk of their
+    product) and concrete sizes.
+
+    Example:
+        >>> _strided_target((6, 4, 3), (24, 3), 1, 2), _strided_target((1, 1, 42, 24), (1008,), 3, 2)
+        ((0, 6), (0, 42))
+        >>> _strided_target((6, 3, 3), (18, 3), 1, 2) is None, _strided_target((6, 4), (4, 6), 1, 2) is None
+        (True, True)
+    """
+    if any(type(s) is not int or s == 0 for s in (*in_shape, *out_shape)) or in_shape[d] % k:
+        return None
+    bounds = set(accumulate(in_shape, mul, initial=1))  # an input dim starts or ends at each
+    lo_d, hi_d = math.prod(in_shape[:d]), math.prod(in_shape[:d + 1])
+    for e, lo in enumerate(accumulate(out_shape[:-1], mul, initial=1)):
+        hi = lo * out_shape[e]
+        if lo <= lo_d and hi_d <= hi and lo < lo_d and lo in bounds and hi in bounds:
+            return e, lo_d // lo
+    return None
+
+
 @ShardedTensor.implements(aten.view.default, aten._unsafe_view.default)
 def reshape_like(func, types, args, kwargs):
     """A shard survives a view when its dim keeps its size and element offset."""
@@ -266,6 +294,7 @@ def _reshape_decide(func, args, kwargs):
     meta = global_meta(func, args, kwargs)
     moves = {}
     lost = set()
+    strided = {}
     shape, size = tuple(x.shape), list(meta.shape)
     for i, p in enumerate(cur):
         if p.is_shard():
@@ -274,8 +303,13 @@ def _reshape_decide(func, args, kwargs):
             if e is None:
                 e = _regroup_target(shape, tuple(meta.shape), p.dim, mesh.shape[i])
                 if e is None:
-                    lost.add(p.dim)
-                    continue
+                    # one shard merged after other dims: a strided shard (one mesh dim
+                    # sharding only: with more the pieces would interleave)
+                    hit = _strided_target(shape, tuple(meta.shape), p.dim, mesh.shape[i])
+                    if hit is None or sum(q.is_shard() for q in cur) != 1:
+                        lost.add(p.dim)
+                        continue
+                    e, strided[i] = hit
                 n = meta.shape[e]
             if e in moves.values():
                 lost.add(p.dim)  # (two shards cannot land on one dim)
@@ -284,6 +318,9 @@ def _reshape_decide(func, args, kwargs):
             size[e] = chunk_size(n, mesh.shape[i], coord[i])
     target = tuple(Replicate() if p.is_shard() and p.dim in lost else p for p in cur)
     pl = _shift(target, moves.__getitem__)
+    if strided:
+        pl = tuple(_StridedShard(p.dim, split_factor=strided[i]) if i in strided else p for i, p in enumerate(pl))
+        LAYOUTS_SEEN[0] = True  # (the ops' layout hook then sees it: see placements.normalize_placements)
     # Fast only when nothing is gathered (the local is viewed as it is).
     fast = _fast_of(func, args, kwargs, meta, pl) if target == cur else None
     return meta, target, size, pl, fast
