@@ -69,23 +69,28 @@ def test_addmm_auto_redistribute(L):
     return r
 
 
-def test_mm(L):
-    mesh = mesh_1d()
-    torch.manual_seed(0)
-    t1, t2 = torch.randn(12, 8, requires_grad=True), torch.randn(8, 16, requires_grad=True)
-    want = torch.mm(t1, t2)
-    r: dict = {}
-    specs = (L.Shard(0), L.Shard(1), L.Replicate())
+def _product_pairs(L, op, t1, t2, specs, grad_of_first=None):
+    """``op`` of every pair of placements of ``t1`` and ``t2``: replicated, the result equals
+    dense; its backward reaches the first operand (equal to ``grad_of_first`` if given)."""
+    mesh, want, r = mesh_1d(), op(t1, t2), {}
     for p1, p2 in itertools.product(specs, specs):
         d1, d2 = L.distribute(t1, mesh, [p1]), L.distribute(t2, mesh, [p2])
         with Comms() as c:
-            y = torch.mm(d1, d2)
+            y = op(d1, d2)
         record(r, f"{pl(d1)[0]}@{pl(d2)[0]}", y, c)
         y = y.redistribute(mesh, [L.Replicate()])
         close(y.to_local(), want)
         y.backward(torch.ones_like(y))
         assert d1.grad is not None
+        if grad_of_first is not None:
+            close(d1.grad.redistribute(mesh, [L.Replicate()]).to_local(), grad_of_first)
     return r
+
+
+def test_mm(L):
+    torch.manual_seed(0)
+    t1, t2 = torch.randn(12, 8, requires_grad=True), torch.randn(8, 16, requires_grad=True)
+    return _product_pairs(L, torch.mm, t1, t2, (L.Shard(0), L.Shard(1), L.Replicate()))
 
 
 def test_aten_linear(L):
@@ -115,36 +120,33 @@ def test_mm_single_dim_strategy(L):
     return r
 
 
-def test_mm_with_strided_input(L):
-    """Case 1: a 1-D mesh's _StridedShard(0, split_factor=2) input @ Replicate keeps it."""
-    mesh, k = mesh_1d(), dist.get_world_size()
-    g = torch.arange(2 * k * 3).float().view(2 * k, 3)
-    x = L.distribute(g, mesh, [L.StridedShard(0, split_factor=2)], src_data_rank=None)
-    w = torch.arange(3 * 7).float().view(3, 7)
+def _mm_strided(L, mesh, g, spec, w, case):
+    """``g`` laid out by ``spec`` (_StridedShards of its rows) @ a replicated ``w``: the
+    output keeps the input's placements (upstream: ``expected_placements``)."""
+    x = L.distribute(g, mesh, spec, src_data_rank=None)
+    wd = L.distribute(w, mesh, [L.Replicate()] * mesh.ndim)
     with Comms() as c:
-        y = torch.mm(x, L.distribute(w, mesh, [L.Replicate()]))
-    assert pl(y) == ["SS0/2"], pl(y)
+        y = torch.mm(x, wd)
+    assert pl(y) == pl(x), (pl(y), pl(x))
     close(y.full_tensor(), g @ w)
     r: dict = {}
-    record(r, "1d", y, c)
+    record(r, case, y, c)
     return r
+
+
+def test_mm_with_strided_input(L):
+    """Case 1: a 1-D mesh's _StridedShard(0, split_factor=2) input @ Replicate keeps it."""
+    k = dist.get_world_size()
+    g = torch.arange(2 * k * 3).float().view(2 * k, 3)
+    return _mm_strided(L, mesh_1d(), g, [L.StridedShard(0, split_factor=2)], torch.arange(21).float().view(3, 7), "1d")
 
 
 def test_mm_with_strided_input_2d(L):
     """Case 2: a 2 x 2 mesh, _StridedShard on both mesh dims; the output keeps both."""
-    mesh = mesh_2d()
     dims = (4, 4, 6, 8)
     g = torch.arange(math.prod(dims)).float().view(math.prod(dims[:3]), 8)
     spec = [L.StridedShard(0, split_factor=4), L.StridedShard(0, split_factor=dims[0] * (dims[1] // 2))]
-    x = L.distribute(g, mesh, spec, src_data_rank=None)
-    w = torch.arange(64).float().view(8, 8)
-    with Comms() as c:
-        y = torch.mm(x, L.distribute(w, mesh, [L.Replicate(), L.Replicate()]))
-    assert pl(y) == pl(x), (pl(y), pl(x))
-    close(y.full_tensor(), g @ w)
-    r: dict = {}
-    record(r, "2d", y, c)
-    return r
+    return _mm_strided(L, mesh_2d(), g, spec, torch.arange(64).float().view(8, 8), "2d")
 
 
 def test_matmul(L):
@@ -211,23 +213,12 @@ def test_baddbmm(L):
 
 
 def test_bmm(L):
-    mesh = mesh_1d()
     torch.manual_seed(0)
     m1, m2 = torch.rand(4, 8, 4, requires_grad=True), torch.rand(4, 4, 8, requires_grad=True)
     want = torch.bmm(m1, m2)
     want.backward(torch.ones_like(want))
     specs = [L.Shard(0), L.Shard(1), L.Shard(2), L.Replicate()]
-    r: dict = {}
-    for p1, p2 in itertools.product(specs, specs):
-        d1, d2 = L.distribute(m1, mesh, [p1]), L.distribute(m2, mesh, [p2])
-        with Comms() as c:
-            y = torch.bmm(d1, d2)
-        record(r, f"{pl(d1)[0]}@{pl(d2)[0]}", y, c)
-        y = y.redistribute(mesh, [L.Replicate()])
-        close(y.to_local(), want)
-        y.backward(torch.ones_like(y))
-        close(d1.grad.redistribute(mesh, [L.Replicate()]).to_local(), m1.grad)
-    return r
+    return _product_pairs(L, torch.bmm, m1, m2, specs, grad_of_first=m1.grad)
 
 
 def test_mm_partial_inputs(L):
