@@ -7,6 +7,7 @@ import torch
 
 from subclass_kit.sharded import Replicate, Shard, _StridedShard, distribute
 from sharded._dtensor_api_tasks import _mesh
+from sharded._dtensor_unit_ops2_tasks import mesh_2d
 from sharded._tp_upstream_tasks import Comms
 
 close = torch.testing.assert_close
@@ -52,4 +53,22 @@ def mm_keeps_strided_rows() -> dict:
     y = torch.mm(x, distribute(w, mesh, [Shard(1)]))  # not a replicated matrix: the rules' path
     out["sharded"] = y.placements
     close(y.full_tensor(), a @ w)
+    return out
+
+
+def flatten_2x2() -> dict:
+    """[Shard(0), Shard(1)] of (8, 6) flattened: [Shard(0), _StridedShard(0, 4)] (the rows'
+    shard first, then each rank's 4 rows' columns), as DTensor; a shard outside the merge
+    ([Shard(1), Shard(2)] of (6, 4, 3) viewed (24, 3)) stays beside the strided one."""
+    mesh = mesh_2d()
+    torch.manual_seed(0)
+    out = {}
+    for name, g, spec, shape in (("S0,S1", torch.randn(8, 6), [Shard(0), Shard(1)], (48,)),
+                                 ("S1,S2", torch.randn(6, 4, 3), [Shard(1), Shard(2)], (24, 3))):
+        x = distribute(g, mesh, spec)
+        with Comms() as c:
+            y = x.reshape(shape)
+        out[name] = (y.placements, c.total())
+        close(y.full_tensor(), g.reshape(shape))
+        close((y * 2).full_tensor(), g.reshape(shape) * 2)
     return out

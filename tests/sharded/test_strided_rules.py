@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kit_helpers.harness import world
-from subclass_kit.sharded import Replicate, _StridedShard
+from subclass_kit.sharded import Replicate, Shard, _StridedShard
 
 from sharded import _strided_rules_tasks as T
 
@@ -24,3 +24,9 @@ def test_mm_keeps_a_strided_row_shard():
     for r in world(2).run(T.mm_keeps_strided_rows, timeout=120):
         assert r["replicate"] == ((_StridedShard(0, split_factor=2),), 0)
         assert r["sharded"] != (_StridedShard(0, split_factor=2),)
+
+
+def test_flatten_on_a_2x2_mesh_strides_after_the_leading_shard():
+    for r in world(4).run(T.flatten_2x2, timeout=120):
+        assert r["S0,S1"] == ((Shard(0), _StridedShard(0, split_factor=4)), 0)
+        assert r["S1,S2"] == ((_StridedShard(0, split_factor=6), Shard(1)), 0)

@@ -22,6 +22,8 @@ Partial placements pass through every view unchanged (views are linear).
 
 from __future__ import annotations
 
+import math
+
 from ... import _compat
 from ...ctx import ctx_of
 from .._layout import chunk_size
@@ -209,6 +211,27 @@ def reshape_like(func, types, args, kwargs):
     return _finish(func, args, kwargs, res, meta, pl, copied)
 
 
+def _strided_factor(cur, i, shape, out_shape, hit, moves, mesh_shape):
+    """The split factor of mesh dim ``i``'s strided shard of the merged output dim ``e``
+    (``hit``: ``(e, the global factor)``), or None when another shard makes the pieces
+    interleave. A shard of a dim outside the merge does not matter; an earlier mesh dim's
+    shard of a leading dim of it, already regrouped onto ``e``, makes the pieces that many
+    times fewer (torch's ``[Shard(0), _StridedShard(0, sf)]``); any later one interleaves."""
+    e, sf = hit
+    lo = math.prod(out_shape[:e])
+    hi = lo * out_shape[e]
+    for j, q in enumerate(cur):
+        if j == i or not q.is_shard():
+            continue
+        g = q.dim
+        if math.prod(shape[:g + 1]) <= lo or math.prod(shape[:g]) >= hi:
+            continue  # (outside the merged dims)
+        if j > i or type(q) is not Shard or moves.get(g) != e or sf % mesh_shape[j]:
+            return None
+        sf //= mesh_shape[j]
+    return sf
+
+
 def _reshape_decide(func, args, kwargs):
     x = args[0]
     mesh, cur, coord = spec(x)
@@ -224,15 +247,15 @@ def _reshape_decide(func, args, kwargs):
             if e is None:
                 e = _regroup_target(shape, tuple(meta.shape), p.dim, mesh.shape[i])
                 if e is None:
-                    # one shard merged after other dims: a strided shard (one mesh dim
-                    # sharding only: with more the pieces would interleave)
+                    # a shard merged after other dims: a strided shard
                     hit = _strided_target(shape, tuple(meta.shape), p.dim, mesh.shape[i])
-                    if hit is None or sum(q.is_shard() for q in cur) != 1:
+                    sf = None if hit is None else _strided_factor(cur, i, shape, tuple(meta.shape), hit, moves, mesh.shape)
+                    if sf is None:
                         lost.add(p.dim)
                         continue
-                    e, strided[i] = hit
-                n = meta.shape[e]
-            if e in moves.values():
+                    e, strided[i] = hit[0], sf
+                n = size[e] if i in strided and e in moves.values() else meta.shape[e]
+            if e in moves.values() and i not in strided:
                 lost.add(p.dim)  # (two shards cannot land on one dim)
                 continue
             moves[p.dim] = e
