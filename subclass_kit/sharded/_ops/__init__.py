@@ -1,6 +1,6 @@
 """The op table of ShardedTensor, one module per op family (as DTensor keeps them):
-``pointwise``, ``view``, ``as_strided``, ``view_backward``, ``matrix``, ``reduction``,
-``factory``, ``indexing``, ``attention``, ``conv``, ``embedding``, ``mse``, ``norm``, ``nll``,
+``pointwise``, ``view`` (where a shard lands through a reshape: ``view_targets``),
+``as_strided``, ``view_backward``, ``matrix``, ``reduction``, ``factory``, ``indexing``, ``attention``, ``conv``, ``embedding``, ``mse``, ``norm``, ``nll``,
 ``random``, ``decompose``, ``independent`` (its per-op table in ``independent_table``, its
 ``info`` checks in ``linalg_errors``), ``shared_dims`` (its per-op table in
 ``shared_dims_table``), ``chunked_ce``. Importing this package registers every rule; ops no

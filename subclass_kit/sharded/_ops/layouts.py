@@ -7,7 +7,8 @@ here first (``ShardedTensor.__torch_dispatch__`` asks, once such a layout exists
 
 - elementwise ops (torch's ``pointwise`` tag, copies and casts) whose sharded operands all
   share one layout and shape, without Partial, run on the locals and keep the layout, as
-  DTensor's pointwise strategy does;
+  DTensor's pointwise strategy does; so does ``mm`` of such a layout of the rows by a
+  replicated matrix;
 - every other op gets its operands redistributed to the nearest layout the rules handle
   (``simple_target``: a nested dim keeps its first mesh dim, a strided one its TP shard)
   and runs by its rule. An in-place op writes its result back into the operand's own
@@ -96,6 +97,18 @@ def _keeps(func, args, kwargs, pl) -> bool:
     return True
 
 
+def _keeps_rows(func, args, kwargs, pl) -> bool:
+    """``mm`` of an operand whose only shards are of its rows (dim 0, strided or nested) by
+    a replicated matrix: each rank's rows times the matrix are its rows of the product, in
+    the same layout (as DTensor keeps a ``_StridedShard`` through ``mm``)."""
+    if func is not aten.mm.default or kwargs or type(args[0]) is not ShardedTensor or spec(args[0])[1] != pl:
+        return False
+    if any(not p.is_replicate() and not (p.is_shard() and p.shard_dim() == 0) for p in pl):
+        return False
+    w = args[1]
+    return type(w) is not ShardedTensor or all(p.is_replicate() for p in spec(w)[1])
+
+
 def _written(func) -> list:
     """Positions of the arguments ``func`` writes into (in-place ops and ``out=``)."""
     return [i for i, a in enumerate(func._schema.arguments) if a.alias_info is not None and a.alias_info.is_write]
@@ -150,7 +163,7 @@ def layout_dispatch(func, args, kwargs):
     if not odd or func in _PASS:
         return NotImplemented
     mesh, pl, coord = spec(odd[0])
-    if _keeps(func, args, kwargs, pl):
+    if _keeps(func, args, kwargs, pl) or _keeps_rows(func, args, kwargs, pl):
         out = func(*[_local(a) for a in args], **{k: _local(v) for k, v in kwargs.items()})
         written = _written(func)
         if written and written[0] == 0:

@@ -23,15 +23,15 @@ Partial placements pass through every view unchanged (views are linear).
 from __future__ import annotations
 
 import math
-from itertools import accumulate
-from operator import mul
 
 from ... import _compat
 from ...ctx import ctx_of
 from .._layout import chunk_size
-from ..placements import Replicate, Shard
+from ..mesh import LAYOUTS_SEEN
+from ..placements import Replicate, Shard, _StridedShard
 from ..tensor import ShardedTensor, placements_of, sig_of, spec
 from ._common import TensorMeta, aten, global_meta, move, fast_plan, planned, spec_of, wrap_out
+from .view_targets import regroup_target as _regroup_target, strided_target as _strided_target, view_target as _view_target
 
 __all__ = ["detach", "permute_like", "reshape_like", "expand", "along_dim", "diagonal", "complex_view"]
 
@@ -189,55 +189,6 @@ def complex_view(func, types, args, kwargs):
     return _finish(func, args, kwargs, func(local), meta, pl, local is not x.local)
 
 
-def _view_target(in_shape, out_shape, d):
-    before = 1
-    for s in in_shape[:d]:
-        before = before * s
-    acc = 1
-    for e, s in enumerate(out_shape):
-        if acc == before and s == in_shape[d]:
-            return e
-        acc = acc * s
-    return None
-
-
-def _regroup_target(in_shape, out_shape, d, k):
-    """The output dim a shard on ``d`` moves to when the view merges ``d`` with the dims
-    after it, splits ``d`` with the shard on the first part, or regroups them; None when it
-    must gather.
-
-    Chunks stay whole rows of the new dim only when they divide evenly: rows
-    ``[r*n/k, (r+1)*n/k)`` of ``d`` are then rows ``[r*m/k, (r+1)*m/k)`` of the merged
-    ``m = n * rest`` (or of the first split part, when ``k`` divides that part). Uneven
-    chunks do not line up (5 rows over 2 ranks are 3 + 2; merged with a dim of 2 they are
-    6 + 4, where torch.chunk of 10 gives 5 + 5). Concrete sizes only: under compile a
-    symbolic size would need a divisibility guard, so that case keeps gathering.
-
-    Example:
-        >>> _regroup_target((4, 3), (12,), 0, 2), _regroup_target((12,), (4, 3), 0, 2)
-        (0, 0)
-        >>> _regroup_target((5, 2), (10,), 0, 2) is None, _regroup_target((3, 4), (12,), 1, 1) is None
-        (True, True)
-        >>> _regroup_target((48, 35, 26), (24, 4, 35, 13), 0, 2), _regroup_target((4, 5), (1, 20), 0, 2)
-        (0, 1)
-    """
-    if any(type(s) is not int or s == 0 for s in (*in_shape, *out_shape)):
-        return None
-    n, before = in_shape[d], math.prod(in_shape[:d])
-    for e, offset in enumerate(accumulate(out_shape[:-1], mul, initial=1)):
-        if offset > before:
-            return None
-        if offset == before:
-            # The dims from d on and from e on hold the same elements (the same offset, the
-            # same total): rank r's rows [r*n/k, (r+1)*n/k) of d are one contiguous run of
-            # them, which is rows [r*s/k, (r+1)*s/k) of e when k divides both sizes -- a
-            # merge, a split, or a regrouping ((48, 35, 26) -> (24, 4, 35, 13)).
-            s = out_shape[e]
-            if s != n and n % k == 0 and s % k == 0:
-                return e  # (else a dim of size 1 may come first: look on)
-    return None
-
-
 @ShardedTensor.implements(aten.view.default, aten._unsafe_view.default)
 def reshape_like(func, types, args, kwargs):
     """A shard survives a view when its dim keeps its size and element offset."""
@@ -260,12 +211,34 @@ def reshape_like(func, types, args, kwargs):
     return _finish(func, args, kwargs, res, meta, pl, copied)
 
 
+def _strided_factor(cur, i, shape, out_shape, hit, moves, mesh_shape):
+    """The split factor of mesh dim ``i``'s strided shard of the merged output dim ``e``
+    (``hit``: ``(e, the global factor)``), or None when another shard makes the pieces
+    interleave. A shard of a dim outside the merge does not matter; an earlier mesh dim's
+    shard of a leading dim of it, already regrouped onto ``e``, makes the pieces that many
+    times fewer (torch's ``[Shard(0), _StridedShard(0, sf)]``); any later one interleaves."""
+    e, sf = hit
+    lo = math.prod(out_shape[:e])
+    hi = lo * out_shape[e]
+    for j, q in enumerate(cur):
+        if j == i or not q.is_shard():
+            continue
+        g = q.dim
+        if math.prod(shape[:g + 1]) <= lo or math.prod(shape[:g]) >= hi:
+            continue  # (outside the merged dims)
+        if j > i or type(q) is not Shard or moves.get(g) != e or sf % mesh_shape[j]:
+            return None
+        sf //= mesh_shape[j]
+    return sf
+
+
 def _reshape_decide(func, args, kwargs):
     x = args[0]
     mesh, cur, coord = spec(x)
     meta = global_meta(func, args, kwargs)
     moves = {}
     lost = set()
+    strided = {}
     shape, size = tuple(x.shape), list(meta.shape)
     for i, p in enumerate(cur):
         if p.is_shard():
@@ -274,16 +247,24 @@ def _reshape_decide(func, args, kwargs):
             if e is None:
                 e = _regroup_target(shape, tuple(meta.shape), p.dim, mesh.shape[i])
                 if e is None:
-                    lost.add(p.dim)
-                    continue
-                n = meta.shape[e]
-            if e in moves.values():
+                    # a shard merged after other dims: a strided shard
+                    hit = _strided_target(shape, tuple(meta.shape), p.dim, mesh.shape[i])
+                    sf = None if hit is None else _strided_factor(cur, i, shape, tuple(meta.shape), hit, moves, mesh.shape)
+                    if sf is None:
+                        lost.add(p.dim)
+                        continue
+                    e, strided[i] = hit[0], sf
+                n = size[e] if i in strided and e in moves.values() else meta.shape[e]
+            if e in moves.values() and i not in strided:
                 lost.add(p.dim)  # (two shards cannot land on one dim)
                 continue
             moves[p.dim] = e
             size[e] = chunk_size(n, mesh.shape[i], coord[i])
     target = tuple(Replicate() if p.is_shard() and p.dim in lost else p for p in cur)
     pl = _shift(target, moves.__getitem__)
+    if strided:
+        pl = tuple(_StridedShard(p.dim, split_factor=strided[i]) if i in strided else p for i, p in enumerate(pl))
+        LAYOUTS_SEEN[0] = True  # (the ops' layout hook then sees it: see placements.normalize_placements)
     # Fast only when nothing is gathered (the local is viewed as it is).
     fast = _fast_of(func, args, kwargs, meta, pl) if target == cur else None
     return meta, target, size, pl, fast

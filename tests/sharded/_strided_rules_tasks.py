@@ -1,0 +1,74 @@
+"""Rank tasks for test_strided_rules: a flatten that merges a shard after other dims gives a
+_StridedShard with no collective (as DTensor), and mm keeps a strided row shard."""
+
+from __future__ import annotations
+
+import torch
+
+from subclass_kit.sharded import Replicate, Shard, _StridedShard, distribute
+from sharded._dtensor_api_tasks import _mesh
+from sharded._dtensor_unit_ops2_tasks import mesh_2d
+from sharded._tp_upstream_tasks import Comms
+
+close = torch.testing.assert_close
+
+
+def flatten_to_strided() -> dict:
+    mesh = _mesh()
+    torch.manual_seed(0)
+    out = {}
+    g = torch.randn(6, 4, 3, requires_grad=True)
+    x = distribute(g.detach(), mesh, [Shard(1)]).requires_grad_(True)
+    with Comms() as c:
+        y = x.view(24, 3)
+    out["even"] = (y.placements, c.total(), tuple(y.to_local().shape))
+    close(y.full_tensor(), g.view(24, 3))
+    # the layout feeds the next ops (elementwise, a reduction) and autograd
+    z = (y * 2 + 1).sum(0)
+    close(z.full_tensor(), (g.view(24, 3) * 2 + 1).sum(0))
+    z.sum().backward()
+    (g.view(24, 3) * 2 + 1).sum().backward()
+    close(x.grad.full_tensor(), g.grad)
+    # uneven chunks of the merged dim are not a strided chunk of the product: gathered
+    h = torch.randn(6, 3, 3)
+    hd = distribute(h, mesh, [Shard(1)])
+    with Comms() as c:
+        u = hd.reshape(18, 3)
+    out["uneven"] = (u.placements, c.total())
+    close(u.full_tensor(), h.reshape(18, 3))
+    return out
+
+
+def mm_keeps_strided_rows() -> dict:
+    mesh = _mesh()
+    torch.manual_seed(0)
+    a, w = torch.randn(8, 3), torch.randn(3, 5)
+    x = distribute(a, mesh, [_StridedShard(0, split_factor=2)])
+    out = {}
+    wr = distribute(w, mesh, [Replicate()])
+    with Comms() as c:
+        y = torch.mm(x, wr)
+    out["replicate"] = (y.placements, c.total())
+    close(y.full_tensor(), a @ w)
+    y = torch.mm(x, distribute(w, mesh, [Shard(1)]))  # not a replicated matrix: the rules' path
+    out["sharded"] = y.placements
+    close(y.full_tensor(), a @ w)
+    return out
+
+
+def flatten_2x2() -> dict:
+    """[Shard(0), Shard(1)] of (8, 6) flattened: [Shard(0), _StridedShard(0, 4)] (the rows'
+    shard first, then each rank's 4 rows' columns), as DTensor; a shard outside the merge
+    ([Shard(1), Shard(2)] of (6, 4, 3) viewed (24, 3)) stays beside the strided one."""
+    mesh = mesh_2d()
+    torch.manual_seed(0)
+    out = {}
+    for name, g, spec, shape in (("S0,S1", torch.randn(8, 6), [Shard(0), Shard(1)], (48,)),
+                                 ("S1,S2", torch.randn(6, 4, 3), [Shard(1), Shard(2)], (24, 3))):
+        x = distribute(g, mesh, spec)
+        with Comms() as c:
+            y = x.reshape(shape)
+        out[name] = (y.placements, c.total())
+        close(y.full_tensor(), g.reshape(shape))
+        close((y * 2).full_tensor(), g.reshape(shape) * 2)
+    return out

@@ -1,0 +1,225 @@
+"""PyTorch's DTensor unit tests for views, matrix products, embeddings, convolutions and the
+"experimental" ops (torch's test/distributed/tensor/: test_view_ops, test_matrix_ops,
+test_embedding_ops, test_convolution_ops, test_experimental_ops), ported to the kit and run
+on torch's DTensor in the same worlds (2 ranks; 4 for the 2 x 2 meshes): see
+_dtensor_unit_ops2_tasks. Every port passes on the kit, with no more collectives than
+DTensor and DTensor's placements where upstream asserts them, but for the documented
+choices (docs/sharded.md, "PyTorch's DTensor unit tests") and the gaps kept as strict
+xfails below.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kit_helpers.harness import world
+
+from sharded import _dtensor_unit_ops2_tasks as tasks
+
+pytestmark = pytest.mark.dist
+
+# The ported checks per upstream file: one per upstream test method, but a test whose 2 x 2
+# mesh part runs in the 4-rank world counts once per world (test_view_ops, test_dtensor_mm,
+# test_mm_with_strided_input, test_mm_partial_inputs), and test_storage_offset_slice holds
+# upstream's three storage-offset tests (_slice, _shard_dim0_slice_dim1, _shard_dim1_slice_dim0).
+PORTED = {"test_view_ops": 12, "test_matrix_ops": 20, "test_embedding_ops": 5, "test_convolution_ops": 4,
+          "test_experimental_ops": 3}
+
+# Upstream tests not ported, with the reason (the audit of the count above).
+SKIPPED = {
+    "test_view_ops": {
+        "test_view_groups": "asserts DTensor's private view_groups rule table; no tensor runs (test_view_ops runs every rule)",
+    },
+    "test_matrix_ops": {
+        "test_gen_single_dim_einsum_strategies_bias_reduce_op": "asserts DTensor's private strategy generator; no tensor runs",
+        "test_scaled_mm": "float8 _scaled_mm: CUDA (H100+) only",
+        "test_scaled_dot_product_attention": "its backends are CUDA flash/efficient attention; on CPU none is available",
+        "test_grouped_mm": "F.grouped_mm: CUDA SM90 only",
+    },
+    "test_embedding_ops": {},
+    "test_convolution_ops": {
+        "test_depthwise_convolution": "upstream disables it with gloo (broken in CI); a (7, 256, 128, 256) input besides",
+    },
+    "test_experimental_ops": {},
+}
+
+# Ports torch 2.13's DTensor fails here (the kit passes them): the reason.
+DTENSOR_FAILS = {
+    ("test_view_ops", "test_as_strided_fake_impl"): "as_strided not supported with DTensor",
+    ("test_view_ops", "test_dtensor_unflatten"): "a _StridedShard viewed back: invalid local shape",
+    ("test_matrix_ops", "test_mm_with_strided_input_2d"): "wrong values for a nested _StridedShard (upstream: GPU only)",
+    ("test_embedding_ops", "test_embedding_compile"): "compiled F.embedding of a row-sharded table: 'Mixing fake modes'",
+    ("test_convolution_ops", "test_downsampling_convolution"): "the Replicate bias's gradient misses the other rank's width shard",
+}
+
+# The kit's gaps: strict xfails (the port's kit result is an error, or a count above DTensor's).
+KIT_GAPS = {
+    ("test_view_ops", "test_dtensor_flatten_2d"): "a flatten of two sharded dims gathers (DTensor: two _StridedShards)",
+    ("test_view_ops", "test_dtensor_unflatten"): "a _StridedShard viewed back into its dims gathers (upstream: Shard)",
+}
+
+# Upstream asserts placements in these ports: the kit's must be DTensor's.
+PLACEMENT_PORTS = {"test_view_ops": ("test_complex_view_ops", "test_dtensor_flatten_1d", "test_squeeze_", "test_view_ops",
+                                     "test_view_ops_2d"),
+                   "test_matrix_ops": ("test_addmm", "test_addmm_auto_redistribute", "test_aten_linear",
+                                       "test_mm_with_strided_input", "test_t_partial", "test_mm_partial_inputs",
+                                       "test_mm_partial_inputs_2x2", "test_constant_pad_nd"),
+                   "test_embedding_ops": ("test_sharded_embedding_rowwise",)}
+
+
+@pytest.fixture(scope="module")
+def ports():
+    out = world(2).run(tasks.run, timeout=600)[0]
+    for file, got in world(4).run(tasks.run_2d, timeout=600)[0].items():
+        out[file].update(got)
+    return out
+
+
+def _err(r) -> bool:
+    return isinstance(r, str) and r.startswith("error")
+
+
+def _table(ports) -> str:
+    rows = ["file | ported | pass on kit | pass on DTensor | documented exceptions | skipped"]
+    for file, got in ports.items():
+        kit = sum(not _err(r["kit"]) and (file, n) not in KIT_GAPS for n, r in got.items())
+        dt = sum(not _err(r["dtensor"]) for r in got.values())
+        doc = sum(f == file for f, _ in DOCUMENTED)
+        rows.append(f"{file} | {len(got)} | {kit} | {dt} | {doc} | {len(SKIPPED[file])}")
+    return "\n".join(rows)
+
+
+# Where the kit's documented choice gives the dense answer or keeps a layout DTensor replaces.
+DOCUMENTED = {
+    ("test_view_ops", "test_illegal_views"): "the kit computes the views DTensor refuses",
+    ("test_view_ops", "test_storage_offset_slice"): "storage_offset() is the dense slice's",
+    ("test_matrix_ops", "test_mm_single_dim_strategy"): "a rank holding no row keeps its (empty) shard",
+    ("test_embedding_ops", "test_sharded_embedding_colwise_max_norm_errors"): "max_norm runs (gathered) where DTensor refuses",
+}
+
+
+def test_ported_counts(ports):
+    got = {file: len(r) for file, r in ports.items()}
+    assert got == PORTED, got
+    print("\n" + _table(ports))
+
+
+def test_every_port_passes_on_the_kit(ports):
+    bad = {(f, n): r["kit"][-600:] for f, got in ports.items() for n, r in got.items()
+           if _err(r["kit"]) and (f, n) not in KIT_GAPS}
+    assert not bad, bad
+
+
+def test_dtensor_passes_but_the_listed(ports):
+    for (f, n), why in DTENSOR_FAILS.items():
+        assert _err(ports[f][n]["dtensor"]), (f, n, why)
+    bad = {(f, n): r["dtensor"][-600:] for f, got in ports.items() for n, r in got.items()
+           if _err(r["dtensor"]) and (f, n) not in DTENSOR_FAILS}
+    assert not bad, bad
+
+
+def _pairs(ports, skip=()):
+    for f, got in ports.items():
+        for n, r in got.items():
+            if (f, n) not in skip and isinstance(r["kit"], dict) and isinstance(r["dtensor"], dict):
+                yield f, n, r["kit"], r["dtensor"]
+
+
+def _worse(ports, only=None, skip=()):
+    worse = {}
+    for f, n, kit, dt in _pairs(ports, skip=skip):
+        for case, n_dt in dt.get("comms", {}).items():
+            if (only is None or (n, case) in only) and kit["comms"][case] > n_dt:
+                worse[(n, case)] = (kit["comms"][case], n_dt)
+    return worse
+
+
+# baddbmm(beta != 0) of these placements (self, batch1, batch2): the kit's decomposition
+# (beta * self + alpha * bmm) does 2 collectives where DTensor's one strategy does 1.
+BADDBMM_GAP = {("test_baddbmm", f"0.8:{c}") for c in ("S0,S0,S1", "S0,S0,S2", "S1,S1,S0", "S1,S1,S1", "S1,S1,S2")}
+
+
+# test_view_ops on 2 x 2: a later mesh dim sharding the leading dim of a merge, and a
+# _StridedShard input, gather where DTensor keeps (nested) _StridedShards.
+VIEW_2D_GAP = {("test_view_ops_2d", c) for c in (
+    "20:flatten(24, 36):S1,S0", "32:ravel(24, 36):S1,S0", "36:reshape(6, 12, 24):S1,S0", "42:view(6, 12, 24):S1,S0",
+    "44:view(1, 1, 42, 24):S3,S2", "45:view(1, 1, 42, 1, 24, 1):S4,S2", "42:view(6, 12, 24):SS2/2,S2",
+    "43:view(1, 1, 12):SS2/2,S2", "46:view(48, 35, 26):SS0/2,S0")}
+
+
+def test_communication_no_more_than_dtensor(ports):
+    worse = _worse(ports)
+    assert set(worse) <= BADDBMM_GAP | VIEW_2D_GAP, set(worse) - BADDBMM_GAP - VIEW_2D_GAP
+
+
+@pytest.mark.xfail(strict=True, reason="baddbmm(beta != 0): 2 collectives where DTensor does 1 (BADDBMM_GAP)")
+def test_baddbmm_communication_as_dtensor(ports):
+    worse = _worse(ports, only=BADDBMM_GAP)
+    assert not worse, worse
+
+
+def test_view_ops_upstream_cases_move_nothing(ports):
+    """test_view_ops: the shardings upstream lets in move nothing on either library; the
+    ones DTensor refuses the kit computes (its value checked in the port)."""
+    for name in ("test_view_ops", "test_view_ops_2d"):
+        kit, dt = ports["test_view_ops"][name]["kit"], ports["test_view_ops"][name]["dtensor"]
+        # (DTensor fails some of upstream's own 2 x 2 cases: the kit's values are checked there)
+        extra = set(kit["upstream0"]) - set(dt["upstream0"])
+        assert set(dt["upstream0"]) <= set(kit["upstream0"]) and len(dt["upstream0"]) > 100
+        assert extra <= set(dt.get("refused", []) + dt.get("failed", [])), extra
+        dt_moved = {c: dt["comms"][c] for c in dt["upstream0"] if dt["comms"][c]}
+        assert not dt_moved, dt_moved
+        # (a _StridedShard input, upstream's 2 x 2 extra: the strict xfail below)
+        moved = {c: kit["comms"][c] for c in kit["upstream0"] if kit["comms"][c] and ":SS" not in c}
+        assert not moved, moved
+        assert not kit.get("refused") and not kit.get("failed")
+    # the issue's cases: view (48, 35, 26) -> (24, 4, 35, 13), repeat and tile of Shard(0)
+    kit = ports["test_view_ops"]["test_view_ops"]["kit"]["comms"]
+    for case in ("46:view(48, 35, 26):S0", "35:repeat(24, 36):S0", "37:tile(24, 36):S0"):
+        assert kit[case] == 0, case
+
+
+def test_placements_as_dtensor(ports):
+    diff = {}
+    for f, n, kit, dt in _pairs(ports):
+        if n in PLACEMENT_PORTS.get(f, ()):
+            diff.update({(n, c): (kit["pl"][c], p) for c, p in dt.get("pl", {}).items()
+                         if kit["pl"][c] != p and (n, c) not in VIEW_2D_GAP})
+    assert not diff, diff
+
+
+def test_same_answer_as_dtensor(ports):
+    r = ports["test_view_ops"]["test_view_redistribution"]
+    assert r["kit"] == r["dtensor"] == {"refused": False, "aliases": True}  # torch 2.13: no copy
+
+
+def test_documented_differences(ports):
+    v = ports["test_view_ops"]["test_illegal_views"]
+    assert set(v["kit"].values()) == {"dense"} and v["dtensor"]["uneven S0 flatten"] == "refused"
+    e = ports["test_embedding_ops"]["test_sharded_embedding_colwise_max_norm_errors"]
+    assert (e["kit"], e["dtensor"]) == ("dense", "refused")
+    m = ports["test_matrix_ops"]["test_mm_single_dim_strategy"]
+    assert (m["kit"]["pl"]["mm"], m["dtensor"]["pl"]["mm"]) == (["S0"], ["R"])
+    assert m["kit"]["comms"]["mm"] < m["dtensor"]["comms"]["mm"]
+    assert ports["test_view_ops"]["test_storage_offset_slice"]["kit"]["comms"]  # (offsets asserted in the port)
+
+
+@pytest.mark.xfail(strict=True, reason="2 x 2 views: a later mesh dim sharding a merge's leading dim, or a "
+                                       "_StridedShard input, gather where DTensor keeps _StridedShards (VIEW_2D_GAP)")
+def test_view_ops_2d_no_more_than_dtensor(ports):
+    worse = _worse(ports, only=VIEW_2D_GAP)
+    assert not worse, worse
+
+
+@pytest.mark.xfail(strict=True, reason="a view of a _StridedShard input (upstream's 2 x 2 cases) moves it to a "
+                                       "simple layout first: one gather where DTensor moves nothing")
+def test_view_ops_2d_strided_inputs_move_nothing(ports):
+    kit = ports["test_view_ops"]["test_view_ops_2d"]["kit"]
+    moved = {c: kit["comms"][c] for c in kit["upstream0"] if kit["comms"][c]}
+    assert not moved, moved
+
+
+@pytest.mark.parametrize("gap", sorted(KIT_GAPS), ids=lambda g: g[1])
+@pytest.mark.xfail(strict=True, reason="the kit's gaps: see KIT_GAPS")
+def test_kit_gaps(ports, gap):
+    assert not _err(ports[gap[0]][gap[1]]["kit"]), ports[gap[0]][gap[1]]["kit"][-400:]
