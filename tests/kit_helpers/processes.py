@@ -73,3 +73,31 @@ def run_cli(*args, cwd=TESTS, timeout=600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*cli_command(), *args], cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=timeout
     )
+
+
+def run_clis(*commands, cwd=TESTS, timeout=600) -> list:
+    """``subclass-kit *args`` for each ``args`` in ``commands``, all started at once (each
+    process is alone with its own pipes, exactly as ``run_cli``'s; starting interpreters
+    dominates, and the machine has cores to overlap it). Returns CompletedProcesses in order;
+    every child is reaped (killed past ``timeout``, then reported by its own test)."""
+    procs = [
+        subprocess.Popen([*cli_command(), *args], cwd=cwd, env=cli_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+        for args in commands
+    ]
+    done = []
+    try:
+        for args, p in zip(commands, procs):
+            try:
+                out, err = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+                err += f"\n(killed after {timeout}s)"
+            done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return done
