@@ -75,19 +75,18 @@ def run_cli(*args, cwd=TESTS, timeout=600) -> subprocess.CompletedProcess:
     )
 
 
-def run_clis(*commands, cwd=TESTS, timeout=600) -> list:
-    """``subclass-kit *args`` for each ``args`` in ``commands``, all started at once (each
-    process is alone with its own pipes, exactly as ``run_cli``'s; starting interpreters
-    dominates, and the machine has cores to overlap it). Returns CompletedProcesses in order;
-    every child is reaped (killed past ``timeout``, then reported by its own test)."""
+def run_all(commands, *, timeout: float = 600) -> list:
+    """Run each ``(argv, env, cwd)`` in ``commands`` as its own process, all started at once
+    (starting interpreters dominates; the machine has cores to overlap it). Returns their
+    CompletedProcesses in order; every child is reaped (one past ``timeout`` is killed and
+    says so in its stderr, for its own test to report)."""
     procs = [
-        subprocess.Popen([*cli_command(), *args], cwd=cwd, env=cli_env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True)
-        for args in commands
+        subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for argv, env, cwd in commands
     ]
     done = []
     try:
-        for args, p in zip(commands, procs):
+        for p in procs:
             try:
                 out, err = p.communicate(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -101,3 +100,9 @@ def run_clis(*commands, cwd=TESTS, timeout=600) -> list:
                 p.kill()
                 p.wait()
     return done
+
+
+def run_clis(*commands, cwd=TESTS, timeout=600) -> list:
+    """``subclass-kit *args`` for each ``args`` in ``commands``, each in its own process as
+    ``run_cli`` runs it, all started at once (``run_all``)."""
+    return run_all([([*cli_command(), *args], cli_env(), cwd) for args in commands], timeout=timeout)
