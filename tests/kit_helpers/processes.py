@@ -23,32 +23,13 @@ def _child_env(env: dict | None) -> dict:
 
 def run_pythons(jobs, *, timeout: float = 300) -> list:
     """Run ``python -c code`` for each ``(code, env)`` in fresh interpreters, concurrently
-    (importing torch dominates; the machine has cores to overlap it). Returns the stdouts;
-    raises with the output of any child that failed. Every child is reaped."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code],
-            cwd=REPO,
-            env=_child_env(env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for code, env in jobs
-    ]
-    outs = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout)
-            if p.returncode != 0:
-                raise AssertionError(f"subprocess failed ({p.returncode}):\n{out}\n{err}")
-            outs.append(out)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return outs
+    (``run_all``). Returns the stdouts; raises with the output of any child that failed.
+    Every child is reaped."""
+    done = run_all([([sys.executable, "-c", code], _child_env(env), REPO) for code, env in jobs], timeout=timeout)
+    for p in done:
+        if p.returncode != 0:
+            raise AssertionError(f"subprocess failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return [p.stdout for p in done]
 
 
 def run_python(code: str, *, env: dict | None = None, timeout: float = 300) -> str:
