@@ -929,15 +929,14 @@ def opinfo_samples(info, device, dtype, requires_grad: bool):
     from torch.testing._internal import common_utils
     from torch.testing._internal.opinfo import core
 
-    patched = [m for m in (common_utils, core) if callable(getattr(m, "extract_test_fn", None))]
-    saved = [m.extract_test_fn for m in patched]
-    for m in patched:
-        m.extract_test_fn = _running_test_fn
+    saved = {m: getattr(m, "extract_test_fn") for m in (common_utils, core) if hasattr(m, "extract_test_fn")}
+    for m in saved:
+        setattr(m, "extract_test_fn", _running_test_fn)
     try:
         return info.sample_inputs(device, dtype, requires_grad=requires_grad)
     finally:
-        for m, fn in zip(patched, saved):
-            m.extract_test_fn = fn
+        for m, fn in saved.items():
+            setattr(m, "extract_test_fn", fn)
 
 
 def seed_device(seed: int, device) -> None:
