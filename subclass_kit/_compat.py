@@ -13,6 +13,7 @@ import io
 import logging
 import threading
 import pickle
+import sys
 from typing import Any
 
 import torch
@@ -897,6 +898,56 @@ def opinfo_db() -> list:
     from torch.testing._internal.common_methods_invocations import op_db
 
     return list(op_db)
+
+
+def _running_test_fn():
+    """What torch's ``common_utils.extract_test_fn`` returns -- the function of the unittest
+    test method running up the stack, else None -- by a walk over the frames: torch's takes
+    ``inspect.stack()``, which reads the source file of every frame."""
+    import unittest
+
+    try:
+        frame = sys._getframe(1)
+        while frame is not None:
+            self_val = frame.f_locals.get("self")
+            if isinstance(self_val, unittest.TestCase):
+                *_, cls_name, test_name = self_val.id().rsplit(".", 2)
+                if cls_name == type(self_val).__name__ and test_name.startswith("test"):
+                    return getattr(self_val, test_name).__func__
+            frame = frame.f_back
+    except Exception:
+        pass
+    return None
+
+
+def opinfo_samples(info, device, dtype, requires_grad: bool):
+    """``info.sample_inputs(device, dtype, requires_grad=...)``: the same samples, without
+    torch's stack crawl. OpInfo looks for the running unittest test twice per call (for a
+    per-test seed and sample skips) through ``inspect.stack()``, which reads the source of
+    every frame on the stack -- about a fifth of an op sweep's time on two ranks, more under
+    pytest's deep stacks; here the same lookup (``_running_test_fn``) walks the frames."""
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+
+    saved = {m: getattr(m, "extract_test_fn") for m in (common_utils, core) if hasattr(m, "extract_test_fn")}
+    for m in saved:
+        setattr(m, "extract_test_fn", _running_test_fn)
+    try:
+        return info.sample_inputs(device, dtype, requires_grad=requires_grad)
+    finally:
+        for m, fn in saved.items():
+            setattr(m, "extract_test_fn", fn)
+
+
+def seed_device(seed: int, device) -> None:
+    """``torch.manual_seed(seed)`` for the RNG that ops on ``device`` draw from. On the CPU,
+    the CPU generator alone: ``torch.manual_seed`` also queues a lazy seeding of every other
+    device type, each with a formatted stack (up to a millisecond a call under a deep stack, on
+    a CPU-only build)."""
+    if torch.device(device).type == "cpu":
+        torch.random.default_generator.manual_seed(seed)
+    else:
+        torch.manual_seed(seed)
 
 
 # Conversions whose result has a layout a wrapper of strided inner tensors cannot hold, by

@@ -287,8 +287,9 @@ def _cmd_check(args) -> int:
     if args.timeout is not None and args.timeout < 0:
         raise UsageError(f"--timeout {args.timeout:g}: must be seconds >= 0 (0: no limit)")
     sys.path.insert(0, os.getcwd())
-    for t in args.targets:
-        _probe_import(t.rsplit(":", 1)[0], args.timeout)
+    # One probe per module: several targets from one module (`m:A m:B`) import it once.
+    for spec in dict.fromkeys(t.rsplit(":", 1)[0] for t in args.targets):
+        _probe_import(spec, args.timeout)
     targets = [(t, load_target(t)) for t in args.targets] if args.targets else builtin_targets()
     backends = tuple(args.backend) if args.backend else DEFAULT_BACKENDS
     _validate_backends(backends)

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from kit_helpers.processes import TESTS, cli_command, cli_env, run_cli as run
+from kit_helpers.processes import TESTS, cli_command, cli_env, run_cli as run, run_clis
 
 
 def test_no_verb_prints_help():
@@ -113,20 +113,28 @@ def test_check_accepts_instances_lists_and_factories_from_a_file(tmp_path):
     assert r.stdout.count("PASS") == 3 * 8 and "all checks passed" in r.stdout
 
 
+BAD_USAGE = [
+    (["check", "no_such_module_xyz:Thing"], "cannot import module 'no_such_module_xyz'"),
+    (["check", "broken_subclasses:GoodPai"], "has no attribute 'GoodPai'; did you mean GoodPair?"),
+    (["check", "broken_subclasses"], "must be MODULE:ATTR"),
+    (["check", "--backend", "indcutor"], "unknown backend 'indcutor'; did you mean inductor"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["check", "broken_subclasses:PairMeta"], "PairMeta has no __samples__() classmethod"),
+]
+
+
+@pytest.fixture(scope="module")
+def bad_usage_runs() -> dict:
+    # One process per command, as ever; started together, each test reads its own.
+    return {tuple(args): r for (args, _), r in zip(BAD_USAGE, run_clis(*(args for args, _ in BAD_USAGE)))}
+
+
 @pytest.mark.parametrize(
-    "args, words",
-    [
-        (["check", "no_such_module_xyz:Thing"], "cannot import module 'no_such_module_xyz'"),
-        (["check", "broken_subclasses:GoodPai"], "has no attribute 'GoodPai'; did you mean GoodPair?"),
-        (["check", "broken_subclasses"], "must be MODULE:ATTR"),
-        (["check", "--backend", "indcutor"], "unknown backend 'indcutor'; did you mean inductor"),
-        (["frobnicate"], "invalid choice: 'frobnicate'"),
-        (["check", "broken_subclasses:PairMeta"], "PairMeta has no __samples__() classmethod"),
-    ],
+    "args, words", BAD_USAGE,
     ids=["unknown-module", "missing-attribute", "not-module-attr", "bad-backend", "bad-verb", "no-samples"],
 )
-def test_bad_usage_exits_2_with_one_line_and_no_traceback(args, words):
-    r = run(*args)
+def test_bad_usage_exits_2_with_one_line_and_no_traceback(args, words, bad_usage_runs):
+    r = bad_usage_runs[tuple(args)]
     assert r.returncode == 2
     err = r.stderr.strip().splitlines()
     assert len(err) == 1, r.stderr
@@ -235,17 +243,19 @@ def test_a_target_that_exits_or_dies_at_import_is_a_usage_error(tmp_path, body, 
 
 def test_opinfo_prints_coverage_and_writes_it_to_json_and_markdown(tmp_path):
     js, md = tmp_path / "r.json", tmp_path / "r.md"
-    r = run("check", "subclass_kit.examples:TwoTensor", "--opinfo", "--ops", "neg,mm", "--only", "opinfo",
-            "--backend", "eager", "--json", str(js), "--markdown", str(md))
+    r, bad, typo = run_clis(
+        ["check", "subclass_kit.examples:TwoTensor", "--opinfo", "--ops", "neg,mm", "--only", "opinfo",
+         "--backend", "eager", "--json", str(js), "--markdown", str(md)],
+        ["check", "subclass_kit.examples:TwoTensor", "--ops", "neg"],
+        ["check", "subclass_kit.examples:TwoTensor", "--opinfo", "--ops", "nge", "--backend", "eager"],
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PASS" in r.stdout and "opinfo[neg]" in r.stdout and "opinfo[mm]" in r.stdout
     assert "OpInfo coverage:\n  TwoTensor: 2 of 2 ops pass" in r.stdout and "pass: mm, neg" in r.stdout
     doc = json.loads(js.read_text())
     assert doc["reports"][0]["opinfo"]["by_outcome"]["pass"] == ["mm", "neg"]
     assert "| pass | 2 | mm, neg |" in md.read_text()
-    bad = run("check", "subclass_kit.examples:TwoTensor", "--ops", "neg")
     assert bad.returncode == 2 and "--ops selects OpInfo ops and needs --opinfo" in bad.stderr
-    typo = run("check", "subclass_kit.examples:TwoTensor", "--opinfo", "--ops", "nge", "--backend", "eager")
     assert typo.returncode == 2 and "no OpInfo named 'nge'" in typo.stderr, typo.stderr
 
 

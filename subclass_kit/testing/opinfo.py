@@ -292,7 +292,7 @@ def _judged(info, conv, dense_args, o):
         for i, d in zip(idx, ds):
             ls[i] = d
         a = pytree.tree_unflatten(ls, spec)
-        _seeded(o.seed)
+        _seeded(o)
         return info.op(a[0], *a[1], **a[2])
 
     with torch.no_grad():
@@ -314,9 +314,9 @@ def _weights(outs, how, seed):
     return [torch.randn(t.shape, generator=g, dtype=t.dtype) for t in outs]
 
 
-def _seeded(seed):
-    if seed is not None:
-        torch.manual_seed(seed)
+def _seeded(o):
+    if o.seed is not None:
+        _compat.seed_device(o.seed, o.device)
 
 
 def _backward(conv, ref_args, ref, out, dense_out, to_plain, o):
@@ -375,10 +375,11 @@ class _Options:
     tolerances: Any = None
     samples: Any = None
     on_sample: Any = None
+    device: str = "cpu"
 
 
 def _samples(info, device, dtype, requires_grad, o):
-    it = info.sample_inputs(device, dtype, requires_grad=requires_grad)
+    it = _compat.opinfo_samples(info, device, dtype, requires_grad)
     return it if o.samples is None else o.samples(info, it)
 
 
@@ -413,9 +414,9 @@ def _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward,
             continue
         dense_args = _leaf_dense(conv, to_plain)
         try:
-            _seeded(o.seed)
+            _seeded(o)
             ref = info.op(dense_args[0], *dense_args[1], **dense_args[2])
-            _seeded(o.seed)
+            _seeded(o)
             again = info.op(dense_args[0], *dense_args[1], **dense_args[2])
         except Exception as e:
             reasons.append(f"the dense op raised {type(e).__name__}: {_first_line(e)}")
@@ -425,7 +426,7 @@ def _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward,
         # from the wrapper's at random.
         deterministic = not getattr(info, "has_nondeterministic_output", False) and _diff(again, ref) is None
         try:
-            _seeded(o.seed)
+            _seeded(o)
             out = info.op(conv[0], *conv[1], **conv[2])
         except NotImplementedError as e:
             return OpResult(name, UNSUPPORTED, f"{type(e).__name__}: {_first_line(e)}", judged)
@@ -507,7 +508,7 @@ def sweep_op(info: Any, from_plain: Callable[[torch.Tensor], Any] | None = None,
         raise ValueError(f"sweep_op: cotangent must be 'ones' or 'random', got {cotangent!r}")
     if from_plain is None and lay_out is None:
         raise TypeError("sweep_op needs from_plain (dense -> instance) or lay_out (a sample's tensors -> instances)")
-    opts = _Options(lay_out, seed, cotangent, tolerances, samples, on_sample)
+    opts = _Options(lay_out, seed, cotangent, tolerances, samples, on_sample, device)
     to_plain = to_plain or _default_to_plain
     name = _full_name(info)
     t0 = time.perf_counter()
@@ -515,7 +516,7 @@ def sweep_op(info: Any, from_plain: Callable[[torch.Tensor], Any] | None = None,
         # torch's own deprecation notices from the ops under test are not the subject's.
         with deadline(timeout, f"op {name}"), torch.random.fork_rng(devices=[]), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.manual_seed(0)
+            _compat.seed_device(0, device)
             res = _sweep_one(info, from_plain, to_plain, dtype, device, max_samples, backward, opts)
     except CheckTimeout as e:
         res = OpResult(name, TIMEOUT, str(e))

@@ -1,6 +1,7 @@
 """A fresh process with a warm TORCHINDUCTOR_CACHE_DIR hits the FX graph and AOTAutograd
-caches for kit wrapper inputs with a dynamic dim (torch's own TwoTensor is recorded beside
-them: its default hash cannot key symbolic shapes, so AOTAutograd bypasses its cache)."""
+caches for a kit wrapper input with a dynamic dim whose cache hash is ``guards.cache_key``
+(torch's own TwoTensor is recorded beside it: its default hash cannot key symbolic shapes, so
+AOTAutograd bypasses its cache). The kit's default hash is tests/subclass_kit/test_compile_cache.py's."""
 
 import json
 import os
@@ -38,7 +39,7 @@ def test_warm_cache_hits_in_a_fresh_process(tmp_path, record_property):
     record_property("cold", cold)
     record_property("warm", warm)
     print("cold", cold, "\nwarm", warm)
-    for kind in ("kit", "kit_guards_key"):
+    for kind in ("kit_guards_key",):
         assert cold[kind]["correct"] and warm[kind]["correct"]
         assert cold[kind].get("autograd_cache_miss") == 1 and cold[kind].get("fxgraph_cache_miss") == 1, cold
         assert warm[kind].get("autograd_cache_hit") == 1, warm

@@ -1,11 +1,7 @@
 """guards.cache_key: stable across processes, equal exactly when one artifact may serve."""
 
 import json
-import os
-import pathlib
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -16,26 +12,24 @@ import guards
 import symbolic
 from subclass_kit.examples import BlockScaled, ScaledTensor, TwoTensor
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
+from kit_helpers.processes import run_pythons
 
 
-def _keys_in_subprocess(seed: str) -> dict:
+def _keys_in_subprocesses(*seeds: str) -> list:
+    """The keys computed in one fresh interpreter per hash seed (run concurrently)."""
     code = (
-        "import json, sys; sys.path.insert(0, %r); from kit_helpers import guards_keys; import guards; "
-        "print(json.dumps({k: guards.cache_key(v) for k, v in guards_keys.values().items()}))" % str(HERE.parent)
+        "import json; from kit_helpers import guards_keys; import guards; "
+        "print(json.dumps({k: guards.cache_key(v) for k, v in guards_keys.values().items()}))"
     )
-    env = dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    outs = run_pythons([(code, {"PYTHONHASHSEED": seed}) for seed in seeds], timeout=300)
+    return [json.loads(out.strip().splitlines()[-1]) for out in outs]
 
 
 @pytest.mark.dist
 def test_keys_equal_across_processes_with_different_hash_seeds():
     from kit_helpers import guards_keys
 
-    a = _keys_in_subprocess("1")
-    b = _keys_in_subprocess("12345")
+    a, b = _keys_in_subprocesses("1", "12345")
     assert a == b
     here = {k: guards.cache_key(v) for k, v in guards_keys.values().items()}
     assert here == a

@@ -23,32 +23,13 @@ def _child_env(env: dict | None) -> dict:
 
 def run_pythons(jobs, *, timeout: float = 300) -> list:
     """Run ``python -c code`` for each ``(code, env)`` in fresh interpreters, concurrently
-    (importing torch dominates; the machine has cores to overlap it). Returns the stdouts;
-    raises with the output of any child that failed. Every child is reaped."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", code],
-            cwd=REPO,
-            env=_child_env(env),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for code, env in jobs
-    ]
-    outs = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=timeout)
-            if p.returncode != 0:
-                raise AssertionError(f"subprocess failed ({p.returncode}):\n{out}\n{err}")
-            outs.append(out)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return outs
+    (``run_all``). Returns the stdouts; raises with the output of any child that failed.
+    Every child is reaped."""
+    done = run_all([([sys.executable, "-c", code], _child_env(env), REPO) for code, env in jobs], timeout=timeout)
+    for p in done:
+        if p.returncode != 0:
+            raise AssertionError(f"subprocess failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return [p.stdout for p in done]
 
 
 def run_python(code: str, *, env: dict | None = None, timeout: float = 300) -> str:
@@ -73,3 +54,36 @@ def run_cli(*args, cwd=TESTS, timeout=600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [*cli_command(), *args], cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=timeout
     )
+
+
+def run_all(commands, *, timeout: float = 600) -> list:
+    """Run each ``(argv, env, cwd)`` in ``commands`` as its own process, all started at once
+    (starting interpreters dominates; the machine has cores to overlap it). Returns their
+    CompletedProcesses in order; every child is reaped (one past ``timeout`` is killed and
+    says so in its stderr, for its own test to report)."""
+    procs = [
+        subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for argv, env, cwd in commands
+    ]
+    done = []
+    try:
+        for p in procs:
+            try:
+                out, err = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+                err += f"\n(killed after {timeout}s)"
+            done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return done
+
+
+def run_clis(*commands, cwd=TESTS, timeout=600) -> list:
+    """``subclass-kit *args`` for each ``args`` in ``commands``, each in its own process as
+    ``run_cli`` runs it, all started at once (``run_all``)."""
+    return run_all([([*cli_command(), *args], cli_env(), cwd) for args in commands], timeout=timeout)

@@ -5,7 +5,6 @@ reason; the kit's other log points (fallbacks, GuardedDispatcher) go to package 
 import logging
 import os
 import re
-import subprocess
 import sys
 import textwrap
 
@@ -15,6 +14,8 @@ import torch
 import guards
 from subclass_kit import WrapperTensor, fallbacks, inner, meta, recompiles
 from subclass_kit.examples import BlockScaled
+
+from kit_helpers.processes import run_all
 
 SCRIPT = textwrap.dedent("""
     import torch
@@ -35,15 +36,23 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def _run(torch_logs):
+def _env(torch_logs):
     env = {k: v for k, v in os.environ.items() if k != "TORCH_LOGS"}
     if torch_logs is not None:
         env["TORCH_LOGS"] = torch_logs
-    return subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+    return env
 
 
-def test_torch_logs_recompiles_shows_field_old_and_new():
-    r = _run("recompiles")
+@pytest.fixture(scope="module")
+def runs() -> dict:
+    # The script in a fresh interpreter with and without TORCH_LOGS, started together.
+    settings = ("recompiles", None)
+    done = run_all([([sys.executable, "-c", SCRIPT], _env(s), None) for s in settings], timeout=300)
+    return dict(zip(settings, done))
+
+
+def test_torch_logs_recompiles_shows_field_old_and_new(runs):
+    r = runs["recompiles"]
     assert r.returncode == 0 and "done" in r.stdout, r.stderr
     dynamo = [ln for ln in r.stderr.splitlines() if "___check_metadata_" in ln and "subclass_kit:" not in ln]
     ours = [ln for ln in r.stderr.splitlines() if "subclass_kit:" in ln]
@@ -53,8 +62,8 @@ def test_torch_logs_recompiles_shows_field_old_and_new():
     assert "[__recompiles]" in ours[0]  # appended to dynamo's message, same stream and prefix
 
 
-def test_nothing_without_torch_logs():
-    r = _run(None)
+def test_nothing_without_torch_logs(runs):
+    r = runs[None]
     assert r.returncode == 0 and "subclass_kit:" not in r.stderr and "___check_metadata_" not in r.stderr
 
 
