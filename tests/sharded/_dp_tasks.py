@@ -122,17 +122,21 @@ def full_params(model) -> dict:
 
 
 def _collectives(rec: _Record) -> dict:
-    """Per graph kind, the functional collectives as ``"name dtype"`` counts."""
+    """Per graph kind, the functional collectives as ``{"name dtype": [count, elements]}``
+    (elements: the sum of their inputs' sizes)."""
     out = {}
     for kind in ("fw", "bw"):
-        c: Counter = Counter()
+        c: dict = {}
         for gm in rec.graphs[kind]:
             for node in gm.graph.nodes:
                 t = str(node.target)
                 if node.op == "call_function" and t.startswith("_c10d_functional.") and "wait_tensor" not in t:
                     val = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
-                    c[f"{t.split('.')[1]} {str(getattr(val, 'dtype', '?')).replace('torch.', '')}"] += 1
-        out[kind] = dict(c)
+                    key = f"{t.split('.')[1]} {str(getattr(val, 'dtype', '?')).replace('torch.', '')}"
+                    got = c.setdefault(key, [0, 0])
+                    got[0] += 1
+                    got[1] += int(val.numel()) if val is not None else 0
+        out[kind] = c
     return out
 
 
