@@ -9,14 +9,14 @@ its ``dp`` dim. Modes: ``fully_shard`` and ``replicate`` on a 1-D mesh of 4 rank
 median of the training steps after the first (forward, backward with the gradient
 reductions, AdamW) and the first step (dominated by the compile).
 
-Each round runs in a freshly spawned world that first compiles and trains the dense
-model once (torch's one-time costs are paid by no implementation), then per mode compiles
-the kit's model and DTensor's (the first step of each: its compile; which goes first
-alternates by mode and round), then alternates their steps, so that load from other
-processes hits both alike. One world per round measures every mode (quick: one world in
-all). A row's time is its fastest round; its ratio the median over rounds of the round's
-median per-step ratio (kit / DTensor, steps taken back to back), the robust figure on a
-shared machine. The inductor graph cache is off.
+Each round runs in a fresh world (forked from a server that has imported torch) that first
+compiles and trains the dense model once (torch's one-time costs are paid by no
+implementation), then per mode compiles the kit's model and DTensor's (the first step of
+each: its compile; which goes first alternates by mode and round), then alternates their
+steps, so that load from other processes hits both alike. One world per round measures
+every mode (quick: one world in all). A row's time is its fastest round; its ratio the
+median over rounds of the round's median per-step ratio (kit / DTensor, steps taken back to
+back), the robust figure on a shared machine. The inductor graph cache is off.
 Every row carries the loss difference to the dense model (``max_loss_diff_vs_dense``).
 """
 
@@ -284,7 +284,7 @@ def _rows(backend: str, mode: str, got: dict) -> list:
 def run(quick: bool = False, modes: tuple = tuple(MODES), rounds: int | None = None) -> list[dict]:
     """The suite entry point: per backend (``aot_eager``; ``inductor`` unless quick) and mode,
     the kit's and DTensor's rows (ratio: kit / DTensor, medians of per-round ratios). One
-    freshly spawned world per backend and round measures every mode.
+    fresh world per backend and round measures every mode.
 
     Example:
         >>> rows = run(quick=True, modes=("replicate",))  # doctest: +SKIP
@@ -298,7 +298,8 @@ def run(quick: bool = False, modes: tuple = tuple(MODES), rounds: int | None = N
             runs: dict = {mode: [] for mode in modes}
             for r in range(rounds):
                 got = measure_on_ranks(
-                    functools.partial(_measure, quick, backend, tuple(modes), r), _SIZE, method="spawn",
+                    functools.partial(_measure, quick, backend, tuple(modes), r), _SIZE, method="forkserver",
+                    preload=("torch", "torch.distributed", "torch._dynamo"),
                     what=f"dp bench ({backend}): the {_SIZE}-rank world", pg_timeout=300.0,
                     timeout=_TIMEOUT * len(modes))
                 for mode in modes:
