@@ -16,7 +16,9 @@ each: its compile; which goes first alternates by mode and round), then alternat
 steps, so that load from other processes hits both alike. One world per round measures
 every mode (quick: one world in all). A row's time is its fastest round; its ratio the
 median over rounds of the round's median per-step ratio (kit / DTensor, steps taken back to
-back), the robust figure on a shared machine. The inductor graph cache is off.
+back), the robust figure on a shared machine; the first step's row also has ``cpu_ratio``,
+the same in rank 0's CPU time (a compile is CPU work; the wall time of a one-off compile
+swings with the machine's load). The inductor graph cache is off.
 Every row carries the loss difference to the dense model (``max_loss_diff_vs_dense``).
 """
 
@@ -176,6 +178,7 @@ class _Trainer:
         self.g = torch.Generator().manual_seed(1)
         self.dp, self.batch, self.seq = (dp_index, dp_size), batch, seq
         self.times: list = []
+        self.cpu: list = []  # this process's CPU seconds per step (load from others does not count)
         self.losses: list = []
 
     def step(self) -> None:
@@ -184,12 +187,13 @@ class _Trainer:
 
         tokens = torch.randint(64, (self.batch, self.seq + 1), generator=self.g)
         rows = tokens.chunk(self.dp[1])[self.dp[0]]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss = F.cross_entropy(self.fn(rows[:, :-1]).flatten(0, 1), rows[:, 1:].flatten())
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.times.append(time.perf_counter() - t0)
+        self.cpu.append(time.process_time() - c0)
         total = loss.detach().clone()
         torch.distributed.all_reduce(total)
         self.losses.append(total.item() / torch.distributed.get_world_size())
@@ -236,7 +240,8 @@ def _measure_mode(s: dict, backend: str, mode: str, order: tuple, ref: list) -> 
                      "diff": max(abs(a - b) for a, b in zip(t.losses, ref))}
     if len(trainers) == 2:
         kit, dt = trainers["kit"].times, trainers["dtensor"].times
-        out["ratios"] = {"step": [a / b for a, b in zip(kit[1:], dt[1:])], "first": kit[0] / dt[0]}
+        out["ratios"] = {"step": [a / b for a, b in zip(kit[1:], dt[1:])], "first": kit[0] / dt[0],
+                         "first_cpu": trainers["kit"].cpu[0] / trainers["dtensor"].cpu[0]}
     return out
 
 
@@ -258,7 +263,8 @@ def _combine(runs: list) -> dict:
     ratios = [r["ratios"] for r in runs if "ratios" in r]
     if ratios and not any("error" in v for v in got.values()):
         got["ratio"] = {"step": statistics.median(statistics.median(r["step"]) for r in ratios),
-                        "first": statistics.median(r["first"] for r in ratios)}
+                        "first": statistics.median(r["first"] for r in ratios),
+                        "first_cpu": statistics.median(r["first_cpu"] for r in ratios)}
     return got
 
 
@@ -277,6 +283,8 @@ def _rows(backend: str, mode: str, got: dict) -> list:
                            max_loss_diff_vs_dense=float(f"{r['diff']:.2e}"))
                 if ratio:
                     row.update(ratio=round(ratio[key], 3) if impl == "kit" else 1.0, reference=_IMPLS["dtensor"])
+                    if key == "first":  # the compile is CPU work: its ratio in rank 0's CPU time too
+                        row.update(cpu_ratio=round(ratio["first_cpu"], 3) if impl == "kit" else 1.0)
             rows.append(row)
     return rows
 
