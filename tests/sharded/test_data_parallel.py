@@ -93,6 +93,8 @@ def test_mode_matches_dense_and_dtensor_collectives(mode):
     # collective, in the same dtypes, the gradient reduction in the backward), but one
     # collective per unit (the root and each block) where DTensor has one per parameter.
     _no_more_than_dtensor(coll)
+    # One forward and one backward graph over the steps (no recompile), as DTensor's.
+    assert r["graphs"]["kit"] == r["graphs"]["dtensor"] == [1, 1], r["graphs"]
     fw, bw = _EXPECTED[mode]
     assert _kinds(coll["kit"]["fw"]) == fw and _kinds(coll["kit"]["bw"]) == bw, coll
     units = 1 + _dp_tasks._args().n_layers
@@ -144,3 +146,9 @@ def test_page_blocks_on_two_ranks():
     assert len(codes) >= 3 and len(checks) == len(codes)
     printed = world(2).run(_run, codes, timeout=300.0)[0]
     check_printed(printed, codes, checks, doc_name=DOC.name, who="rank 0")
+
+
+@pytest.mark.dist
+def test_uneven_shards_in_units_match_dense():
+    for mode in ("fully_shard", "hybrid_shard"):
+        world(4).run(_dp_tasks.uneven_shards, mode, timeout=TIMEOUT)
