@@ -382,6 +382,14 @@ def dynamo_reset() -> None:
     torch._dynamo.reset()
 
 
+def clear_fake_tensor_cache() -> None:
+    """Empty FakeTensorMode's op cache, which every trace in the process shares: a compile
+    timed after another of the same shapes would reuse the first one's cached fake ops."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    FakeTensorMode.cache_clear()
+
+
 def guard_failure_reasons() -> list:
     """Every recompile reason dynamo recorded since the last reset, oldest first."""
     out: list[str] = []

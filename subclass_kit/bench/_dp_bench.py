@@ -9,11 +9,16 @@ its ``dp`` dim. Modes: ``fully_shard`` and ``replicate`` on a 1-D mesh of 4 rank
 median of the training steps after the first (forward, backward with the gradient
 reductions, AdamW) and the first step (dominated by the compile).
 
-Each mode runs in its own freshly spawned world that first compiles and trains the dense
-model once (torch's one-time costs are paid by no implementation), then compiles the kit's
-model and DTensor's (the first step of each: its compile), then alternates their steps, so
-that load from other processes hits both alike; ``rounds`` worlds per mode alternate which
-is compiled first, and each row keeps the fastest round. The inductor graph cache is off.
+Each round runs in a fresh world (forked from a server that has imported torch) that first
+compiles and trains the dense model once (torch's one-time costs are paid by no
+implementation), then per mode compiles the kit's model and DTensor's (the first step of
+each: its compile; which goes first alternates by mode and round), then alternates their
+steps, so that load from other processes hits both alike. One world per round measures
+every mode (quick: one world in all). A row's time is its fastest round; its ratio the
+median over rounds of the round's median per-step ratio (kit / DTensor, steps taken back to
+back), the robust figure on a shared machine; the first step's row also has ``cpu_ratio``,
+the same in rank 0's CPU time (a compile is CPU work; the wall time of a one-off compile
+swings with the machine's load). The inductor graph cache is off.
 Every row carries the loss difference to the dense model (``max_loss_diff_vs_dense``).
 """
 
@@ -173,6 +178,7 @@ class _Trainer:
         self.g = torch.Generator().manual_seed(1)
         self.dp, self.batch, self.seq = (dp_index, dp_size), batch, seq
         self.times: list = []
+        self.cpu: list = []  # this process's CPU seconds per step (load from others does not count)
         self.losses: list = []
 
     def step(self) -> None:
@@ -181,19 +187,20 @@ class _Trainer:
 
         tokens = torch.randint(64, (self.batch, self.seq + 1), generator=self.g)
         rows = tokens.chunk(self.dp[1])[self.dp[0]]
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss = F.cross_entropy(self.fn(rows[:, :-1]).flatten(0, 1), rows[:, 1:].flatten())
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.times.append(time.perf_counter() - t0)
+        self.cpu.append(time.process_time() - c0)
         total = loss.detach().clone()
         torch.distributed.all_reduce(total)
         self.losses.append(total.item() / torch.distributed.get_world_size())
 
 
 def _sizes(quick: bool) -> dict:
-    return dict(dim=32, layers=1, steps=8, batch=8, seq=16) if quick else dict(dim=64, layers=4, steps=30, batch=8, seq=32)
+    return dict(dim=32, layers=1, steps=7, batch=8, seq=16) if quick else dict(dim=64, layers=4, steps=30, batch=8, seq=32)
 
 
 def _dense_losses(s: dict, backend: str | None) -> list:
@@ -206,16 +213,16 @@ def _dense_losses(s: dict, backend: str | None) -> list:
     return t.losses
 
 
-def _measure(quick: bool, backend: str, mode: str, order: tuple) -> dict:
-    """One world: the dense reference and a warm-up compile (torch's one-time costs), then
-    each impl of ``order`` built and compiled (its first step), then their steps alternated
-    (so load from other processes hits both alike): ``{impl: {"step", "first", "diff"}}``
-    (or ``{"error"}``)."""
-    s = _sizes(quick)
-    ref = _dense_losses(s, None)
-    _dense_losses(s, backend)
-    trainers, out = {}, {}
+def _measure_mode(s: dict, backend: str, mode: str, order: tuple, ref: list) -> dict:
+    """Each impl of ``order`` built and compiled (its first step), then their steps
+    alternated (so load from other processes hits both alike): ``{impl: {"step", "first",
+    "graphs", "diff"} or {"error"}, "ratios": {"step": [kit / DTensor per step], "first"}}``."""
+    trainers: dict = {}
+    out: dict[str, Any] = {}
+    _compat.dynamo_reset()  # each mode compiles afresh (the dense warm-up's torch costs stay paid)
     for impl in order:
+        # Neither compile reuses the other's cached fake ops (the same shapes): no order bias.
+        _compat.clear_fake_tensor_cache()
         try:
             model, dp_mesh = _build(impl, mode, s["dim"], s["layers"])
             coord = dp_mesh.get_coordinate()
@@ -231,12 +238,39 @@ def _measure(quick: bool, backend: str, mode: str, order: tuple) -> dict:
     for impl, t in trainers.items():
         out[impl] = {"step": statistics.median(t.times[1:]), "first": t.times[0], "graphs": t.counter.frame_count,
                      "diff": max(abs(a - b) for a, b in zip(t.losses, ref))}
+    if len(trainers) == 2:
+        kit, dt = trainers["kit"].times, trainers["dtensor"].times
+        out["ratios"] = {"step": [a / b for a, b in zip(kit[1:], dt[1:])], "first": kit[0] / dt[0],
+                         "first_cpu": trainers["kit"].cpu[0] / trainers["dtensor"].cpu[0]}
     return out
+
+
+def _measure(quick: bool, backend: str, modes: tuple, rnd: int) -> dict:
+    """One world: the dense reference and a warm-up compile (torch's one-time costs), then
+    every mode of ``modes`` (which impl compiles first alternates by mode and round)."""
+    s = _sizes(quick)
+    ref = _dense_losses(s, None)
+    _dense_losses(s, backend)
+    return {mode: _measure_mode(s, backend, mode, tuple(_IMPLS)[::1 if (i + rnd) % 2 == 0 else -1], ref)
+            for i, mode in enumerate(modes)}
+
+
+def _combine(runs: list) -> dict:
+    """The rounds of one mode: per impl the fastest round (the rows' times); the ratios are
+    the median over rounds of each round's median per-step ratio (steps taken back to
+    back), and the median of the rounds' first-step ratios."""
+    got = {impl: _fastest([r[impl] for r in runs]) for impl in _IMPLS}
+    ratios = [r["ratios"] for r in runs if "ratios" in r]
+    if ratios and not any("error" in v for v in got.values()):
+        got["ratio"] = {"step": statistics.median(statistics.median(r["step"]) for r in ratios),
+                        "first": statistics.median(r["first"] for r in ratios),
+                        "first_cpu": statistics.median(r["first_cpu"] for r in ratios)}
+    return got
 
 
 def _rows(backend: str, mode: str, got: dict) -> list:
     rows = []
-    ref = got.get("dtensor", {})
+    ratio = got.get("ratio")
     for case, key in (("train step", "step"), ("first step (compile)", "first")):
         for impl, label in _IMPLS.items():
             row: dict[str, Any] = {"group": f"data_parallel {mode} {backend}", "name": case, "impl": label,
@@ -247,15 +281,18 @@ def _rows(backend: str, mode: str, got: dict) -> list:
             else:
                 row.update(median_us=round(r[key] * 1e6, 1), graphs=r["graphs"],
                            max_loss_diff_vs_dense=float(f"{r['diff']:.2e}"))
-                if "error" not in ref and ref:
-                    row.update(ratio=round(r[key] / ref[key], 3), reference=_IMPLS["dtensor"])
+                if ratio:
+                    row.update(ratio=round(ratio[key], 3) if impl == "kit" else 1.0, reference=_IMPLS["dtensor"])
+                    if key == "first":  # the compile is CPU work: its ratio in rank 0's CPU time too
+                        row.update(cpu_ratio=round(ratio["first_cpu"], 3) if impl == "kit" else 1.0)
             rows.append(row)
     return rows
 
 
 def run(quick: bool = False, modes: tuple = tuple(MODES), rounds: int | None = None) -> list[dict]:
     """The suite entry point: per backend (``aot_eager``; ``inductor`` unless quick) and mode,
-    the kit's and DTensor's rows (ratio: kit / DTensor).
+    the kit's and DTensor's rows (ratio: kit / DTensor, medians of per-round ratios). One
+    fresh world per backend and round measures every mode.
 
     Example:
         >>> rows = run(quick=True, modes=("replicate",))  # doctest: +SKIP
@@ -266,17 +303,17 @@ def run(quick: bool = False, modes: tuple = tuple(MODES), rounds: int | None = N
     rows = []
     with mock.patch.dict(os.environ, {"TORCHINDUCTOR_FX_GRAPH_CACHE": "0"}):  # cold first compiles, for all
         for backend in ("aot_eager",) if quick else ("aot_eager", "inductor"):
+            runs: dict = {mode: [] for mode in modes}
+            for r in range(rounds):
+                got = measure_on_ranks(
+                    functools.partial(_measure, quick, backend, tuple(modes), r), _SIZE, method="forkserver",
+                    preload=("torch", "torch.distributed", "torch._dynamo"),
+                    what=f"dp bench ({backend}): the {_SIZE}-rank world", pg_timeout=300.0,
+                    timeout=_TIMEOUT * len(modes))
+                for mode in modes:
+                    runs[mode].append(got[mode])
             for mode in modes:
-                runs: dict = {impl: [] for impl in _IMPLS}
-                for r in range(rounds):
-                    order = tuple(_IMPLS) if r % 2 == 0 else tuple(reversed(_IMPLS))
-                    got = measure_on_ranks(
-                        functools.partial(_measure, quick, backend, mode, order), _SIZE, method="spawn",
-                        what=f"dp bench ({mode}, {backend}): the {_SIZE}-rank world", pg_timeout=300.0,
-                        timeout=_TIMEOUT)
-                    for impl in _IMPLS:
-                        runs[impl].append(got[impl])
-                rows += _rows(backend, mode, {k: _fastest(v) for k, v in runs.items()})
+                rows += _rows(backend, mode, _combine(runs[mode]))
     return rows
 
 

@@ -15,6 +15,11 @@ backward brings it to the parameter's placements: a reduce-scatter (FSDP), an al
 ``torch.compile`` of the whole model traces it into its forward and backward graphs, where
 the compiler can schedule it.
 
+That is the per-parameter path (a parameter read outside its unit's forward). The forward of
+a unit (the root, and each block of a ModuleList/ModuleDict, as FSDP wraps a model) gathers
+all its parameters in one collective and its backward reduces their gradients in one
+(``_dp_bucket``): a step synchronizes the ranks once per unit, not once per parameter.
+
 With tensor parallelism (``parallelize`` first, over the ``tp`` dim of a 2-D mesh; then
 ``data_parallel`` over its ``dp`` dim): a parameter that is already a ShardedTensor on the
 TP mesh is stored on the 2-D mesh, its dim 0 sharded over dp on top of TP's shard (the
@@ -37,6 +42,7 @@ from .. import _compat
 from .convert import distribute, from_local
 from .errors import ParallelizeError
 from .mesh import MeshLike, MeshRef, mesh_ref
+from ._dp_bucket import Bucket, gather_bucket
 from ._layout import contiguous_strides
 from .placements import Partial, Placement, Replicate, Shard, _StridedShard
 from .tensor import ShardedTensor
@@ -100,21 +106,53 @@ def _replicate_compute(module: nn.Module, name: str):
 
 def _parametrized(name: str) -> property:
     def get(self: nn.Module) -> torch.Tensor:
+        live: dict = self._kit_live  # type: ignore[assignment]
+        if name in live:  # gathered with its unit's other parameters (see _unit_forward)
+            return live[name]
         return _replicate_compute(self, name)
 
     return property(get)
 
 
-# One class per (module class, parameter names): every block of a model shares it, so a
-# compiled block's code (and dynamo's cache) is shared too.
+class _Unit:
+    """A group of parameters gathered in one collective when ``module`` runs: the root and
+    each block of a ModuleList/ModuleDict (a transformer's layers), as FSDP wraps them.
+
+    ``sources``: (module, name) of each distinct stored parameter (the bucket's inputs);
+    ``targets``: (module, name, bucket index, TP spec or None) of each parameter slot;
+    ``modules``: the modules whose ``_kit_live`` the unit fills."""
+
+    def __init__(self, base_forward, bucket, sources: tuple, targets: tuple):
+        self.base_forward, self.bucket, self.sources, self.targets = base_forward, bucket, sources, targets
+        self.modules = tuple({id(m): m for m, *_ in targets}.values())
+
+
+def _unit_forward(self: nn.Module, *args, **kwargs):
+    u: _Unit = self._kit_unit  # type: ignore[assignment]
+    outs = gather_bucket(u.bucket, [m._parameters[n] for m, n in u.sources])
+    for m, n, i, tp in u.targets:
+        m._kit_live[n] = outs[i] if tp is None else from_local(outs[i], tp[0], tp[1], shape=tp[2], stride=tp[3])
+    try:
+        return u.base_forward(self, *args, **kwargs)
+    finally:
+        # The gathered parameters live for this call only (FSDP's reshard after forward;
+        # autograd keeps what the backward needs).
+        for m in u.modules:
+            m._kit_live.clear()
+
+
+# One class per (module class, parameter names, unit or not): every block of a model shares
+# it, so a compiled block's code (and dynamo's cache) is shared too.
 _CLASSES: dict = {}
 
 
-def _wrap_class(module: nn.Module, names: tuple) -> None:
-    key = (type(module), names)
+def _wrap_class(module: nn.Module, names: tuple, unit: bool) -> None:
+    key = (type(module), names, unit)
     cls = _CLASSES.get(key)
     if cls is None:
-        props = {n: _parametrized(n) for n in names}
+        props: dict[str, Any] = {n: _parametrized(n) for n in names}
+        if unit:
+            props["forward"] = _unit_forward
         cls = type(f"DataParallel{type(module).__name__}", (type(module),), props)
         # Importable by name, so a pickled model (or a graph that names the class) resolves it.
         cls.__module__ = __name__
@@ -167,6 +205,45 @@ def _dp_param(p: torch.Tensor, dp_mesh, ref: MeshRef, placements: tuple, what: s
     return stored, tp, (placements, tuple(local.shape))
 
 
+#: The mesh dim that shards dim 0 in each mode (None: replicated).
+_SHARD_DIM = {"fully_shard": 0, "replicate": None, "hybrid_shard": 1}
+
+
+def _unit_owners(model: nn.Module) -> dict:
+    """id(module) -> the unit that gathers its parameters: the innermost of the root and the
+    elements of a ModuleList/ModuleDict (the blocks) above it."""
+    owners: dict = {}
+
+    def walk(mod: nn.Module, unit: nn.Module) -> None:
+        if id(mod) in owners:  # a shared module: its first place decides
+            return
+        owners[id(mod)] = unit
+        stack = isinstance(mod, (nn.ModuleList, nn.ModuleDict))
+        for child in mod.children():
+            walk(child, child if stack else unit)
+
+    walk(model, model)
+    return owners
+
+
+def _make_unit(base_forward, ref: MeshRef, shard_dim, mp: MixedPrecisionPolicy, got: list) -> _Unit:
+    sources: list = []  # (module, name) per distinct parameter
+    index: dict = {}  # id(parameter) -> its place in sources
+    shapes: list = []
+    targets = []
+    for mod, names in got:
+        for n in names:
+            p, s = mod._parameters[n], mod._kit_dp[n]
+            if id(p) not in index:
+                index[id(p)] = len(sources)
+                sources.append((mod, n))
+                # The data-parallel layout's global shape: the TP shard when stored on (dp, tp).
+                shapes.append(tuple(s.dp[1]) if s.dp is not None else tuple(p.shape))
+            targets.append((mod, n, index[id(p)], s.tp))
+    bucket = Bucket(ref, tuple(shapes), shard_dim, mp.param_dtype, mp.reduce_dtype)
+    return _Unit(base_forward, bucket, tuple(sources), tuple(targets))
+
+
 def data_parallel(model: nn.Module, mesh: MeshLike, *, mode: str = "fully_shard",
                   mp_policy: MixedPrecisionPolicy | None = None) -> nn.Module:
     """Make ``model`` data parallel over ``mesh``, in place (SimpleFSDP's design).
@@ -178,7 +255,10 @@ def data_parallel(model: nn.Module, mesh: MeshLike, *, mode: str = "fully_shard"
     Gradients are averaged over the ranks (each rank feeds its part of the batch and a mean
     loss). The values of the rank at coordinate 0 are used (a broadcast), as torch's
     ``distribute_tensor``. Compile the model (or each block) afterwards: the communication
-    is in the autograd graph, so it lands in the compiled forward and backward.
+    is in the autograd graph, so it lands in the compiled forward and backward. Each unit
+    (the root and each block of an ``nn.ModuleList``/``nn.ModuleDict``) gathers its
+    parameters in one collective when its ``forward`` runs, and reduces their gradients in
+    one (an unused parameter of a unit gets a zero gradient).
 
     Parameters already sharded by :func:`parallelize` over another mesh (the ``tp`` dim of a
     2-D mesh whose ``dp`` dim is ``mesh``) are held as their TP shard sharded over ``mesh``
@@ -221,6 +301,8 @@ def data_parallel(model: nn.Module, mesh: MeshLike, *, mode: str = "fully_shard"
     compute = (Replicate(),) * ref.ndim
     grad = (Partial("avg"),) * ref.ndim
     done: dict = {}  # id(original parameter) -> the new one (tied parameters stay tied)
+    owners = _unit_owners(model)
+    members: dict = {}  # id(unit) -> [(module, names)]
     for mod_name, mod in list(model.named_modules()):
         if type(mod) in _CLASSES.values():
             raise ParallelizeError(
@@ -241,5 +323,17 @@ def data_parallel(model: nn.Module, mesh: MeshLike, *, mode: str = "fully_shard"
             mod._parameters[n] = new
             specs[n] = _Spec(ref, compute, grad, mp.param_dtype, mp.reduce_dtype, tp, dp)
         mod._kit_dp = specs
-        _wrap_class(mod, names)
+        mod._kit_live = {}
+        members.setdefault(id(owners[id(mod)]), []).append((mod, names))
+    shard_dim = _SHARD_DIM[mode]
+    units = set()
+    for unit_mod in {id(u): u for u in owners.values()}.values():
+        got = members.get(id(unit_mod))
+        if got:
+            unit_mod._kit_unit = _make_unit(type(unit_mod).forward, ref, shard_dim, mp, got)
+            units.add(id(unit_mod))
+    for mod in model.modules():
+        names = tuple(getattr(mod, "_kit_dp", ()))
+        if (names or id(mod) in units) and type(mod) not in _CLASSES.values():
+            _wrap_class(mod, names, id(mod) in units)
     return model

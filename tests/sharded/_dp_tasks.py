@@ -122,17 +122,21 @@ def full_params(model) -> dict:
 
 
 def _collectives(rec: _Record) -> dict:
-    """Per graph kind, the functional collectives as ``"name dtype"`` counts."""
+    """Per graph kind, the functional collectives as ``{"name dtype": [count, elements]}``
+    (elements: the sum of their inputs' sizes)."""
     out = {}
     for kind in ("fw", "bw"):
-        c: Counter = Counter()
+        c: dict = {}
         for gm in rec.graphs[kind]:
             for node in gm.graph.nodes:
                 t = str(node.target)
                 if node.op == "call_function" and t.startswith("_c10d_functional.") and "wait_tensor" not in t:
                     val = node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
-                    c[f"{t.split('.')[1]} {str(getattr(val, 'dtype', '?')).replace('torch.', '')}"] += 1
-        out[kind] = dict(c)
+                    key = f"{t.split('.')[1]} {str(getattr(val, 'dtype', '?')).replace('torch.', '')}"
+                    got = c.setdefault(key, [0, 0])
+                    got[0] += 1
+                    got[1] += int(val.numel()) if val is not None else 0
+        out[kind] = c
     return out
 
 
@@ -173,8 +177,43 @@ def train_modes(mode: str, mixed: bool = False, backend: str = "aot_eager") -> d
             out["stored placements"] = sorted({repr(tuple(p.placements)) for p in model.parameters()})
         if how == "aot_eager":
             out["collectives"][impl] = _collectives(rec)
+            out.setdefault("graphs", {})[impl] = [len(rec.graphs["fw"]), len(rec.graphs["bw"])]
     if mixed and ("dtensor", backend) in params:
         for n, v in params["kit", backend].items():
             torch.testing.assert_close(v, params["dtensor", backend][n], rtol=1e-3, atol=1e-3,
                                        msg=lambda m, n=n: f"kit vs DTensor {n}: {m}")
     return out
+
+
+class _Uneven(nn.Module):
+    """Sizes no 4-rank or 2-rank split divides (chunks of 5 rows: 2, 2, 1, 0), in blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Sequential(nn.LayerNorm(6), nn.Linear(6, 5), nn.GELU(), nn.Linear(5, 6))
+                                    for _ in range(2))
+        self.out = nn.Linear(6, 3)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + layer(x)
+        return self.out(x)
+
+
+def uneven_shards(mode: str) -> None:
+    """Two SGD steps of ``_Uneven`` eager: parameters and losses equal dense's (each unit's
+    padded gather and reduce-scatter cut back to torch.chunk's sizes)."""
+    dp_mesh, _ = _mesh(mode)
+    dp = _dp_coord(dp_mesh)
+    torch.manual_seed(0)
+    dense = _Uneven()
+    model = data_parallel(copy.deepcopy(dense), dp_mesh, mode=mode)
+    x = torch.randn(8, 6, generator=torch.Generator().manual_seed(2))
+    for net, inp in ((dense, x), (model, x.chunk(dp[1])[dp[0]])):
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        for _ in range(2):
+            net(inp).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+    for (n, p), q in zip(model.named_parameters(), dense.parameters()):
+        torch.testing.assert_close(p.full_tensor(), q.detach(), rtol=1e-5, atol=1e-6, msg=lambda m, n=n: f"{mode} {n}: {m}")

@@ -27,6 +27,20 @@ def _kinds(graphs: dict) -> set:
     return {k.split()[0] for k in graphs}
 
 
+def _no_more_than_dtensor(coll: dict) -> None:
+    """The kit's compiled graphs use the collectives DTensor's do (kinds and dtypes), no
+    more of them and no more elements on the wire."""
+    for kind in ("fw", "bw"):
+        kit, dt = coll["kit"][kind], coll["dtensor"][kind]
+        assert set(kit) == set(dt), (kind, coll)
+        for key, (n, elems) in kit.items():
+            assert n <= dt[key][0] and elems <= dt[key][1], (kind, key, coll)
+
+
+def _count(graphs: dict, kind: str) -> int:
+    return sum(n for k, (n, _) in graphs.items() if k.split()[0] == kind)
+
+
 # ---- in process --------------------------------------------------------------------------------
 def test_redistribute_dtypes_and_grad_placements_on_one_rank():
     m = MeshRef.local()
@@ -75,11 +89,22 @@ _EXPECTED = {  # the collective kinds each mode needs, forward and backward
 def test_mode_matches_dense_and_dtensor_collectives(mode):
     r = world(4).run(_dp_tasks.train_modes, mode, timeout=TIMEOUT)[0]
     coll = r["collectives"]
-    # The compiled graphs communicate as the same design on DTensor does: the same
-    # collectives, as many, in the same dtypes; the gradient reduction is in the backward.
-    assert coll["kit"] == coll["dtensor"], coll
+    # The compiled graphs communicate as the same design on DTensor does (the same kinds of
+    # collective, in the same dtypes, the gradient reduction in the backward), but one
+    # collective per unit (the root and each block) where DTensor has one per parameter.
+    _no_more_than_dtensor(coll)
+    # One forward and one backward graph over the steps (no recompile), as DTensor's.
+    assert r["graphs"]["kit"] == r["graphs"]["dtensor"] == [1, 1], r["graphs"]
     fw, bw = _EXPECTED[mode]
     assert _kinds(coll["kit"]["fw"]) == fw and _kinds(coll["kit"]["bw"]) == bw, coll
+    units = 1 + _dp_tasks._args().n_layers
+    dp_kinds = {"fully_shard": ((AG,), (RS,)), "replicate": ((), (AR,)), "hybrid_shard": ((AG,), (RS, AR))}
+    for kind, dp in zip(("fw", "bw"), dp_kinds.get(mode, ((), ()))):
+        for name in dp:
+            assert _count(coll["kit"][kind], name) == units < _count(coll["dtensor"][kind], name), (kind, name, coll)
+    if mode == "fsdp+tp":
+        assert _count(coll["kit"]["fw"], AG) < _count(coll["dtensor"]["fw"], AG), coll
+        assert _count(coll["kit"]["bw"], RS) < _count(coll["dtensor"]["bw"], RS), coll
     # Eager: every gradient is reduced into the parameter's own layout (never left Partial).
     assert r["grad placements"] == r["stored placements"], r
     if mode == "replicate":
@@ -94,7 +119,7 @@ def test_mode_matches_dense_and_dtensor_collectives(mode):
 def test_mixed_precision_gathers_bf16_reduces_fp32():
     r = world(4).run(_dp_tasks.train_modes, "fully_shard", True, timeout=TIMEOUT)[0]
     coll = r["collectives"]
-    assert coll["kit"] == coll["dtensor"], coll
+    _no_more_than_dtensor(coll)
     assert set(coll["kit"]["fw"]) == {f"{AG} bfloat16"}, coll
     assert set(coll["kit"]["bw"]) == {f"{RS} float32"}, coll
 
@@ -121,3 +146,9 @@ def test_page_blocks_on_two_ranks():
     assert len(codes) >= 3 and len(checks) == len(codes)
     printed = world(2).run(_run, codes, timeout=300.0)[0]
     check_printed(printed, codes, checks, doc_name=DOC.name, who="rank 0")
+
+
+@pytest.mark.dist
+def test_uneven_shards_in_units_match_dense():
+    for mode in ("fully_shard", "hybrid_shard"):
+        world(4).run(_dp_tasks.uneven_shards, mode, timeout=TIMEOUT)
