@@ -21,9 +21,10 @@ When the operands match no row, the cheapest row is chosen by the cost of moving
 weighted by size), as DTensor's strategy selection does. ``addmm``'s bias follows the
 output: chunked to match a Shard, zero-masked to join a Partial.
 
-``baddbmm``'s ``self`` (beta != 0) enters the choice too, as one more operand moved to the
-row's output placement: ``S(1), S(1), S(1)`` gathers ``batch2`` once and keeps the rows
-sharded, where ``bmm`` alone would pick a ``Partial`` that must be reduced before the add.
+The bias of ``addmm`` and ``baddbmm`` (beta != 0) enters the choice too, as one more operand
+moved to the row's output placement, and then the row with the fewest collectives wins (then
+the least volume): ``baddbmm`` of ``S(1), S(1), S(1)`` gathers ``batch2`` once and keeps the
+rows sharded, where ``bmm`` alone would pick a ``Partial`` to reduce before the add.
 When even the cheapest row would move ``self`` through a collective (or beta is 0, so
 ``self`` is ignored) it runs as torch's decomposition instead (``bmm``, then the pointwise
 rules), which reduces the product straight into ``self``'s shard.
@@ -112,8 +113,10 @@ def strategy(labels, a, b, mesh_ndim: int, bias=None, out_shape=()):
             moves = [(cost(pa[i], sa), wa), (cost(pb[i], sb), wb)]
             if bias is not None:
                 moves.append((cost(pc[i], _bias_target(pc[i], bias_shape, out_shape, so)), wc))
-            # at equal volume, the row with fewer collectives (DTensor counts each one)
-            c = (sum(m * w for m, w in moves), sum(m >= 1 for m, _ in moves))
+            volume, n = sum(m * w for m, w in moves), sum(m >= 1 for m, _ in moves)
+            # Counting the bias, the fewest collectives first (each is a launch and a sync:
+            # one gather of the bias beats two smaller moves of the operands), then volume.
+            c = (n, volume) if bias is not None else (volume,)
             if best is None or c < best[0]:
                 best = (c, sa, sb, so)
         assert best is not None  # the all-Replicate row is never skipped
@@ -135,9 +138,10 @@ def _plan(func, args, kwargs):
     labels, a_idx = _SHAPES[func]
     mesh, coord = spec_of(func, args, kwargs)
     meta = global_meta(func, args, kwargs)
-    with_bias = func is aten.baddbmm.default
-    if with_bias and kwargs.get("beta", 1) == 0:
+    beta_zero = a_idx == 1 and kwargs.get("beta", 1) == 0  # the bias is ignored
+    if beta_zero and func is aten.baddbmm.default:
         return _DECOMPOSE
+    with_bias = a_idx == 1 and not beta_zero
     ta, tb, out_pl = strategy(labels, args[a_idx], args[a_idx + 1], mesh.ndim,
                               args[0] if with_bias else None, tuple(meta.shape))
     tbias = None
@@ -148,7 +152,7 @@ def _plan(func, args, kwargs):
             # A bias already Partial alike stays; any other joins a Partial as a masked term.
             cur = placements_of(bias)
             tbias = tuple(c if p.is_partial() and c == p else p for p, c in zip(tbias, cur))
-            if with_bias and any(cost(c, p) >= 1 for c, p in zip(cur, tbias)):
+            if func is aten.baddbmm.default and any(cost(c, p) >= 1 for c, p in zip(cur, tbias)):
                 return _DECOMPOSE
     fast = None
     if tbias is None and not kwargs and _stays(args[a_idx], ta) and _stays(args[a_idx + 1], tb):
