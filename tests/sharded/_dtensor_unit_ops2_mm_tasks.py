@@ -36,6 +36,14 @@ def test_addmm(L):
         close(y.full_tensor(), torch.addmm(biases[b], m1, m2))
         assert pl(y) == [want_pl], (b, pl(y), want_pl)
         record(r, f"{b}:{','.join(pl(x)[0] for x in d)}", y, c)
+    # not upstream's: every placement of a 2-D bias and both matrices, beta 0.8 (the bias
+    # counted in the plan: no more collectives than DTensor; placements may differ)
+    for s in itertools.product((S0, S1, R), repeat=3):
+        d = [L.distribute(t, mesh, [p]) for t, p in zip((biases["2d"], m1, m2), s)]
+        with Comms() as c:
+            y = torch.addmm(*d, beta=0.8)
+        close(y.full_tensor(), torch.addmm(biases["2d"], m1, m2, beta=0.8))
+        record(r, f"all:{','.join(pl(x)[0] for x in d)}", None, c)
     return r
 
 

@@ -134,11 +134,6 @@ def _worse(ports, only=None, skip=()):
     return worse
 
 
-# baddbmm(beta != 0) of these placements (self, batch1, batch2): the kit's decomposition
-# (beta * self + alpha * bmm) does 2 collectives where DTensor's one strategy does 1.
-BADDBMM_GAP = {("test_baddbmm", f"0.8:{c}") for c in ("S0,S0,S1", "S0,S0,S2", "S1,S1,S0", "S1,S1,S1", "S1,S1,S2")}
-
-
 # test_view_ops on 2 x 2: a later mesh dim sharding the leading dim of a merge, and a
 # _StridedShard input, gather where DTensor keeps (nested) _StridedShards.
 VIEW_2D_GAP = {("test_view_ops_2d", c) for c in (
@@ -149,13 +144,7 @@ VIEW_2D_GAP = {("test_view_ops_2d", c) for c in (
 
 def test_communication_no_more_than_dtensor(ports):
     worse = _worse(ports)
-    assert set(worse) <= BADDBMM_GAP | VIEW_2D_GAP, set(worse) - BADDBMM_GAP - VIEW_2D_GAP
-
-
-@pytest.mark.xfail(strict=True, reason="baddbmm(beta != 0): 2 collectives where DTensor does 1 (BADDBMM_GAP)")
-def test_baddbmm_communication_as_dtensor(ports):
-    worse = _worse(ports, only=BADDBMM_GAP)
-    assert not worse, worse
+    assert set(worse) <= VIEW_2D_GAP, set(worse) - VIEW_2D_GAP
 
 
 def test_view_ops_upstream_cases_move_nothing(ports):

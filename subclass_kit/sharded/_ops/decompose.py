@@ -30,7 +30,7 @@ aten = torch.ops.aten
 _DECOMPOSED = (
     # products with a vector, a batch, an outer product
     aten.dot.default, aten.vdot.default, aten.mv.default, aten.addmv.default,
-    aten.baddbmm.default, aten.addr.default,
+    aten.addr.default,
     # losses with their reductions, and their backward
     aten.binary_cross_entropy.default, aten.binary_cross_entropy_backward.default,
     aten.huber_loss.default, aten.huber_loss_backward.default,
