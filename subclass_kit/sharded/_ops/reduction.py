@@ -1,9 +1,9 @@
-"""Reductions (``sum``, ``mean``, ``amax``/``amin``, ``max``/``min``) and softmax-likes.
+"""Reductions (``sum``, ``mean``, ``prod``, ``amax``/``amin``, ``max``/``min``) and softmax-likes.
 
 Reducing over a sharded dim leaves each rank with an operand of the result, so the output
 is ``Partial``: ``Partial('sum')`` for ``sum`` and ``mean`` (each rank divides its local sum
-by the *global* count, which stays exact for uneven shards), ``Partial('max'/'min')`` for
-the extrema. Unreduced shards shift past the removed dims. A Partial input stays Partial
+by the *global* count, which stays exact for uneven shards), ``Partial('product')`` for
+``prod``, ``Partial('max'/'min')`` for the extrema. Unreduced shards shift past the removed dims. A Partial input stays Partial
 through a reduction of the same kind (a sum of sums); otherwise it is reduced first.
 
 ``softmax``/``log_softmax`` (and their backward) act locally along an unsharded dim and
@@ -31,13 +31,14 @@ _KIND = {
     aten.mean.default: "sum", aten.mean.dim: "sum",
     aten.amax.default: "max", aten.max.default: "max",
     aten.amin.default: "min", aten.min.default: "min",
+    aten.prod.default: "product", aten.prod.dim_int: "product",
 }
-_KEEPS = {"sum": ("sum", "avg"), "max": ("max",), "min": ("min",)}
+_KEEPS = {"sum": ("sum", "avg"), "max": ("max",), "min": ("min",), "product": ("product",)}
 
 
 def _dims_keepdim(func, x, args, kwargs):
     nd = x.dim()
-    if func in (aten.sum.default, aten.mean.default, aten.max.default, aten.min.default):
+    if func in (aten.sum.default, aten.mean.default, aten.max.default, aten.min.default, aten.prod.default):
         return list(range(nd)), False
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
@@ -99,7 +100,9 @@ def _reduce_decide(func, args, kwargs):
     identity = None
     if kind != "sum" and any(p.is_shard() and p.dim in dims for p in target):
         dt = meta.dtype
-        if dt == torch.bool:
+        if kind == "product":
+            identity = None  # torch's prod of an empty shard is already 1
+        elif dt == torch.bool:
             identity = kind == "min"
         elif dt.is_floating_point:
             identity = -math.inf if kind == "max" else math.inf
