@@ -23,3 +23,8 @@ def test_partial_product(results):
 
 def test_prod_over_a_shard_no_collective(results):
     assert results[0]["prod_over_a_shard"]["kit"][0] == 0
+
+
+def test_var_std_one_collective(results):
+    counts = results[0]["var_std_one_collective"]
+    assert counts["('plain', 'kit')"][0] == 4  # var, std, var_mean, std_mean: one gather each
