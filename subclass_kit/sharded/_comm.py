@@ -21,7 +21,7 @@ from ._layout import chunk_size, strided_pieces
 from .mesh import MeshRef
 
 __all__ = ["waited", "async_op", "gather_shards", "gather_strided", "reduce_partial", "reduce_scatter_partial",
-           "take_chunk", "take_strided", "zero_unless_first"]
+           "take_chunk", "take_strided", "identity_unless_first"]
 
 
 _ASYNC = contextvars.ContextVar("subclass_kit_sharded_async_op", default=False)
@@ -112,9 +112,12 @@ def take_chunk(local: torch.Tensor, k: int, coord: int, dim: int) -> torch.Tenso
     return local.narrow(dim, chunk_start(n, k, coord), chunk_size(n, k, coord))
 
 
-def zero_unless_first(local: torch.Tensor, coord: int) -> torch.Tensor:
-    """Replicate -> Partial('sum'): the first rank keeps the value, the others hold zeros."""
-    return local if coord == 0 else torch.zeros_like(local)
+def identity_unless_first(local: torch.Tensor, coord: int, op: str = "sum") -> torch.Tensor:
+    """Replicate -> Partial('sum') (or ``'product'``): the first rank keeps the value, the
+    others hold zeros (ones)."""
+    if coord == 0:
+        return local
+    return torch.ones_like(local) if op == "product" else torch.zeros_like(local)
 
 
 def _cat(parts: list, dim: int, like: torch.Tensor) -> torch.Tensor:

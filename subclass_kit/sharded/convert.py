@@ -39,9 +39,13 @@ def _distribute(t, ref, placements, src_data_rank):
     local = redistribute_local(local, ref, coord, full, tuple(Replicate() if type(p) is Partial else p for p in pl), t.shape)
     for i, p in enumerate(pl):
         # torch's Partial._partition_value: a sum's operands are the value over the ranks
-        # on every rank; an average's, a max's and a min's the value itself.
+        # on every rank; an average's, a max's and a min's the value itself. A product's
+        # (torch refuses it: an n-th root is not exact) the value on the first rank, ones
+        # elsewhere, as redistribute makes them.
         if type(p) is Partial and p.op == "sum" and ref.shape[i] > 1:
             local = local / ref.shape[i]
+        elif type(p) is Partial and p.op == "product":
+            local = p.from_replicate(local, ref, i, coord[i])
     # A fresh, compact copy: a parameter's shard must not alias the dense tensor it came from.
     local = local.clone(memory_format=torch.contiguous_format)
     out = wrap(local, ref, pl, coord, t.shape, contiguous_strides(t.shape), t.dtype)
@@ -65,7 +69,7 @@ def distribute(t: torch.Tensor, mesh: MeshLike | None, placements: Sequence[Plac
         placements: ``Shard(d)``, ``_StridedShard(d, split_factor=)``, ``Replicate()`` or
             ``Partial(op)`` per mesh dim. As torch's: a ``Partial('sum')`` mesh dim of ``k``
             ranks holds ``t / k`` on each (their sum is ``t``); ``avg``/``max``/``min`` hold
-            ``t``.
+            ``t``; ``product`` holds ``t`` on the first rank, ones on the others.
 
     Example:
         >>> import torch

@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 __all__ = ["Placement", "Shard", "_StridedShard", "Replicate", "Partial", "PARTIAL_OPS", "normalize_placements",
            "render", "is_simple"]
 
-PARTIAL_OPS = ("sum", "avg", "max", "min")
+PARTIAL_OPS = ("sum", "avg", "max", "min", "product")
+# torch's Partial takes "prod" too (its reductions name it "product"): one placement, one name.
+_ALIASES = {"prod": "product"}
 
 
 
@@ -226,16 +228,19 @@ class Replicate(Placement):
 class Partial(Placement):
     """Every rank holds an operand; the tensor is their reduction by ``op`` over the mesh dim.
 
-    ``op`` is ``"sum"`` (the default), ``"avg"``, ``"max"`` or ``"min"``.
+    ``op`` is ``"sum"`` (the default), ``"avg"``, ``"max"``, ``"min"`` or ``"product"``
+    (``"prod"`` is read as ``"product"``, torch's collectives' name for it).
 
     Example:
-        >>> Partial(), Partial("max").op
-        (Partial('sum'), 'max')
+        >>> Partial(), Partial("max").op, Partial("prod")
+        (Partial('sum'), 'max', Partial('product'))
     """
 
     op: str = "sum"
 
     def __post_init__(self):
+        if self.op in _ALIASES:
+            object.__setattr__(self, "op", _ALIASES[self.op])
         if self.op not in PARTIAL_OPS:
             raise PlacementError(f"Partial(op={self.op!r}): op must be one of {list(PARTIAL_OPS)}.")
 
@@ -248,12 +253,13 @@ class Partial(Placement):
         return reduce_partial(local, mesh, mesh_dim, self.op)
 
     def from_replicate(self, local: torch.Tensor, mesh: MeshRef, mesh_dim: int, coord: int) -> torch.Tensor:
-        # Operands of a sum: the value on the first rank, zeros elsewhere; of an average, a
-        # max or a min: the value itself on every rank.
-        if self.op == "sum":
-            from ._comm import zero_unless_first
+        # Operands of a sum: the value on the first rank, zeros elsewhere; of a product: the
+        # value on the first rank, ones elsewhere (exact, where torch's DTensor refuses: an
+        # n-th root is neither); of an average, a max or a min: the value itself on every rank.
+        if self.op in ("sum", "product"):
+            from ._comm import identity_unless_first
 
-            return zero_unless_first(local, coord)
+            return identity_unless_first(local, coord, self.op)
         return local
 
     def reduce_scatter(self, local: torch.Tensor, mesh: MeshRef, mesh_dim: int, dim: int, coord: int) -> torch.Tensor:

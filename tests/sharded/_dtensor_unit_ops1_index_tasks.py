@@ -172,13 +172,10 @@ def test_slice_full_size_on_sharded_dim(L):
 
 
 def test_split_on_partial(L):
-    """run_subtests over reduce_op x split_size x split_dim; the kit's Partial has no
-    'product' (its reduce ops are sum/avg/max/min), so those 6 subtests run on DTensor only."""
+    """run_subtests over reduce_op x split_size x split_dim."""
     m = _mesh()
     n = 0
     for op, size, dim in itertools.product(("sum", "avg", "product", "min", "max"), (2, 3, 4), (0, 1)):
-        if _is_kit(L) and op == "product":
-            continue
         _seed(dist.get_rank())
         pd = L.T.from_local(torch.randn(8, 8), m, [L.Partial(op)])
         want = torch.split(pd.full_tensor().detach().clone(), size, dim=dim)

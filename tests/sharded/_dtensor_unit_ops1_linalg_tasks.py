@@ -261,7 +261,7 @@ def test_std(L):
         res = dt.std(dim=1)
     assert _pls(res) == ["S0", "R"], _pls(res)
     close(res.full_tensor(), torch.tensor([9.0, 11.0]))
-    return {"std": _count(L, c, 1)}
+    return {"std": _count(L, c, 1)}  # the kit: one all-gather of the statistics, not of the rows
 
 
 PORTS = {

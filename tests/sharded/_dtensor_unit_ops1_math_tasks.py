@@ -31,9 +31,10 @@ def _linear_op_reductions(L, op_str):
             if op_str in ("max", "min"):
                 want, got = want[0], got[0]
             close(got.full_tensor(), want)
-            if op_str not in ("all", "any", "prod"):
-                # over a sharded dim the kit reduces these at once (its Partial has no
-                # 'product'; upstream counts no collectives here), DTensor keeps them pending
+            if op_str not in ("all", "any"):
+                # over a sharded dim the kit reduces these at once (a bool all/any would be
+                # a Partial of bools; upstream counts no collectives here), DTensor keeps them
+                # pending; prod is a Partial('product') on both
                 counts[f"{op_str} {args}"] = c.total()
     close(op_dt().full_tensor(), op())
     return counts

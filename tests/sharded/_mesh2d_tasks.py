@@ -241,7 +241,7 @@ CASES: dict = {
                            ((_image, (S0, S1)), (_weight, (R, R)), (_bias, (R, R)))),
     "conv2d x S0,P": Case("conv", _conv2d,
                           ((_image, (S0, P)), (_weight, (R, R)), (_bias, (R, R)))),
-    # var / std over sharded dims: two result-sized sums
+    # var / std over sharded dims: result-sized statistics, one all-gather per mesh dim
     "var dim1 S0,S1": Case("reduction", lambda t: torch.var(t, dim=1), ((_cube, (S0, S1)),)),
     "std dims01 S0,S1": Case("reduction", lambda t: torch.std(t, dim=(0, 1)), ((_cube, (S0, S1)),)),
     "var_mean dim0 S1,S0": Case("reduction", lambda t: torch.var_mean(t, dim=0, correction=0),

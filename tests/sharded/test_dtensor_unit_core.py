@@ -40,6 +40,10 @@ DOCUMENTED = {
                                                   and kit == {"refused": False, "rank share": 1.0}),
     "test_redistribute_to_partial": lambda kit, dt: (
         all(dt[c] == ("refused" if c in REFUSED_ON_DTENSOR else "ok") for c in dt) and set(kit.values()) == {"ok"}),
+    # and Partial('product') -> Partial('sum') (the value kept: the port checks it on the kit;
+    # DTensor refuses it, and cannot reduce its Partial('prod'): funcol names it 'product')
+    "test_redistribute_to_partial_prod": lambda kit, dt: (
+        dt == {"S0,Pprod->R,Pprod": "ok", "S0,Pprod->R,Psum": "refused"} and set(kit.values()) == {"ok"}),
     # and so from one Partial op to another (the value kept; DTensor raises)
     "test_redistribute_partial_to_different_partial_not_supported": lambda kit, dt: (
         dt == "raised RuntimeError" and kit == "value kept"),
@@ -73,9 +77,7 @@ RESULTS = {
 }
 
 # Real gaps (strict xfail): {port: reason}.
-XFAIL = {
-    "test_redistribute_to_partial_prod": "the kit has no Partial('prod') (Partial(op=) is sum, avg, max or min)",
-}
+XFAIL: dict = {}
 
 
 @pytest.fixture(scope="module")

@@ -21,11 +21,7 @@ PORTED = {"test_math_ops.py": 26, "test_pointwise_ops.py": 13, "test_tensor_ops.
 UPSTREAM = {"test_math_ops.py": 28, "test_pointwise_ops.py": 12, "test_tensor_ops.py": 38}
 
 # Real gaps of the kit (strict: they fail today, and must be revisited once they pass).
-GAPS = {
-    ("test_math_ops.py", "test_std"):
-        "std over a sharded dim: the kit's two-sum form issues 2 all-reduces of the result's size where "
-        "DTensor issues 1 all-gather of the rows",
-}
+GAPS: dict = {}
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ _DECOMPOSED = (
     aten.rsub.Tensor, aten.floor_divide.default,
     aten.masked_fill.Tensor, aten.trace.default,
     # batch norm: the statistics are sums over the batch and spatial dims, so a shard there
-    # costs an all-reduce of per-channel sums (see reduction.moments), a channel shard nothing
+    # costs one all-gather of per-channel statistics (see reduction.moments), a channel shard nothing
     aten.native_batch_norm.default, aten._native_batch_norm_legit.default,
     aten._native_batch_norm_legit.no_stats, aten._native_batch_norm_legit_no_training.default,
     aten._native_batch_norm_legit_functional.default,

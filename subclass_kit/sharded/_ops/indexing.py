@@ -121,14 +121,17 @@ _ALONG = {
 def _moves(a, k, op) -> bool:
     # Each result element is one input element, or a zero every rank writes: the pending
     # reduction of the ranks' addends is the same op of their results (a reduction of zeros
-    # is zero), for sum, avg, max and min alike.
+    # is zero), for sum, avg, max, min and product alike.
     return True
 
 
 def _pad_value(a, k, op) -> bool:
     # Every rank pads with the value: max/min/avg of it over the ranks is the value, a sum
-    # counts it once per rank.
-    return op != "sum" or _arg(a, k, 2, "value", 0) == 0
+    # counts it once per rank (so only 0 passes), a product raises it to the ranks' power
+    # (so only 1 passes).
+    if op in ("sum", "product"):
+        return _arg(a, k, 2, "value", 0) == (0 if op == "sum" else 1)
+    return True
 
 
 # op -> (args, kwargs, the Partial's op) -> whether a Partial of the first operand passes

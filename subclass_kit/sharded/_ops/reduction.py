@@ -1,16 +1,17 @@
-"""Reductions (``sum``, ``mean``, ``amax``/``amin``, ``max``/``min``) and softmax-likes.
+"""Reductions (``sum``, ``mean``, ``prod``, ``amax``/``amin``, ``max``/``min``) and softmax-likes.
 
 Reducing over a sharded dim leaves each rank with an operand of the result, so the output
 is ``Partial``: ``Partial('sum')`` for ``sum`` and ``mean`` (each rank divides its local sum
-by the *global* count, which stays exact for uneven shards), ``Partial('max'/'min')`` for
-the extrema. Unreduced shards shift past the removed dims. A Partial input stays Partial
+by the *global* count, which stays exact for uneven shards), ``Partial('product')`` for
+``prod``, ``Partial('max'/'min')`` for the extrema. Unreduced shards shift past the removed dims. A Partial input stays Partial
 through a reduction of the same kind (a sum of sums); otherwise it is reduced first.
 
 ``softmax``/``log_softmax`` (and their backward) act locally along an unsharded dim and
 gather a sharded one first.
 
-``var``/``std`` (and ``*_mean``) over a sharded dim are two such sums -- the mean's, then the
-squared deviations' from it -- each all-reduced at the result's size: the rows never move.
+``var``/``std`` (and ``*_mean``) over a sharded dim all-gather each rank's count, mean and
+sum of squared deviations (result-sized) and combine them by Chan's formula: one collective,
+the rows never move.
 """
 
 from __future__ import annotations
@@ -19,8 +20,10 @@ import math
 
 import torch
 
+from ... import collectives as _coll
+from .._comm import waited
 from ..placements import Partial, Replicate, Shard
-from ..tensor import ShardedTensor, placements_of, relayout, spec
+from ..tensor import ShardedTensor, placements_of, spec
 from .indexing import along_decide, along_general, reduction_rule
 from ._common import aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
 
@@ -31,13 +34,14 @@ _KIND = {
     aten.mean.default: "sum", aten.mean.dim: "sum",
     aten.amax.default: "max", aten.max.default: "max",
     aten.amin.default: "min", aten.min.default: "min",
+    aten.prod.default: "product", aten.prod.dim_int: "product",
 }
-_KEEPS = {"sum": ("sum", "avg"), "max": ("max",), "min": ("min",)}
+_KEEPS = {"sum": ("sum", "avg"), "max": ("max",), "min": ("min",), "product": ("product",)}
 
 
 def _dims_keepdim(func, x, args, kwargs):
     nd = x.dim()
-    if func in (aten.sum.default, aten.mean.default, aten.max.default, aten.min.default):
+    if func in (aten.sum.default, aten.mean.default, aten.max.default, aten.min.default, aten.prod.default):
         return list(range(nd)), False
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     keepdim = args[2] if len(args) > 2 else kwargs.get("keepdim", False)
@@ -99,7 +103,9 @@ def _reduce_decide(func, args, kwargs):
     identity = None
     if kind != "sum" and any(p.is_shard() and p.dim in dims for p in target):
         dt = meta.dtype
-        if dt == torch.bool:
+        if kind == "product":
+            identity = None  # torch's prod of an empty shard is already 1
+        elif dt == torch.bool:
             identity = kind == "min"
         elif dt.is_floating_point:
             identity = -math.inf if kind == "max" else math.inf
@@ -175,7 +181,7 @@ def softmax_like(func, types, args, kwargs):
     return wrap_out(func(*new, **kwargs), meta, mesh, pl, coord)
 
 
-# ---- variance and standard deviation over a sharded dim: two sums, no gather ---------------
+# ---- variance and standard deviation over a sharded dim: one gather of statistics -----------
 _MOMENTS = {
     aten.var.correction: ("var",),
     aten.std.correction: ("std",),
@@ -185,7 +191,7 @@ _MOMENTS = {
 
 
 def _moments_apply(x, dims) -> bool:
-    """Whether the two-sum form applies: a real floating ShardedTensor sharded on a reduced
+    """Whether the gathered-statistics form applies: a real floating ShardedTensor sharded on a reduced
     dim, with no pending reduction (a variance is not linear in a Partial's operands)."""
     if type(x) is not ShardedTensor or not x.dtype.is_floating_point:
         return False
@@ -195,7 +201,7 @@ def _moments_apply(x, dims) -> bool:
 
 def _moments_decide(func, args, kwargs):
     """``(along, dims)``: the along-dims rule's decisions (``along_decide``) where the
-    two-sum form does not apply, else ``(None, dims)``; ``dims`` the reduced dims."""
+    gathered-statistics form does not apply, else ``(None, dims)``; ``dims`` the reduced dims."""
     x = args[0]
     dim = args[1] if len(args) > 1 else kwargs.get("dim")
     nd = x.dim()
@@ -211,13 +217,44 @@ def _moments_decide(func, args, kwargs):
 _moments_plan = planned(_moments_decide)
 
 
+def _local_moments(local: torch.Tensor, dims) -> torch.Tensor:
+    """``(1, 4, *kept)``: this rank's count, rounded mean ``m``, the sum of its deviations
+    from ``m`` (what rounding ``m`` lost, times the count) and the sum of their squares
+    (keepdim), in at least float32 (a bf16 count is exact only up to 256)."""
+    acc = torch.promote_types(local.dtype, torch.float32)
+    x = local.to(acc)
+    n = math.prod(local.shape[d] for d in dims)
+    mean = aten.sum.dim_IntList(x, dims, True) / max(n, 1)  # an empty shard: 0, weighed by 0
+    dev = x - mean
+    return torch.stack([torch.full_like(mean, n), mean, aten.sum.dim_IntList(dev, dims, True),
+                        aten.sum.dim_IntList(dev * dev, dims, True)]).unsqueeze(0)
+
+
+def _combine(stats: torch.Tensor, n, correction):
+    """Chan et al.'s parallel combination of the ranks' statistics (dim 0): M2 is the ranks'
+    own plus each count times its mean's squared distance from the global mean. Every mean
+    is taken relative to the first rank's rounded mean ``K`` (nonempty: torch.chunk leaves
+    the last chunks empty), exact for nearby means, plus the rank's rounding correction, so a
+    large common offset cancels before anything is squared: float32 statistics of data
+    around 1e4 keep the spread (a sum of squares minus a squared sum would keep no digit)."""
+    counts, means, dsum, m2 = stats.unbind(1)
+    k = means[0]
+    safe = counts.clamp(min=1)
+    d = (means - k) + dsum / safe  # each rank's exact mean, relative to k
+    shift = (counts * d).sum(0) / n
+    own = m2 - dsum * dsum / safe
+    e = d - shift
+    return k + shift, (own + counts * e * e).sum(0) / max(0, n - correction)
+
+
 @ShardedTensor.implements(*_MOMENTS)
 def moments(func, types, args, kwargs):
-    """``var``/``std`` (and ``*_mean``) reducing a sharded dim, as the mean's sum and the sum
-    of squared deviations from it: each a local sum and an all-reduce of the *result-sized*
-    ``Partial`` -- the rows never move (the along-dims rule would gather them). Results are
-    laid out as the along-dims rule lays them out (the reduced shards become Replicate), so
-    every rank holds the same statistics. Other layouts take the along-dims rule."""
+    """``var``/``std`` (and ``*_mean``) reducing a sharded dim in one collective: each rank's
+    count, mean and deviations' sums over its shard (result-sized, see ``_combine``), all-gathered
+    over the mesh dims that shard a reduced dim and combined by Chan's formula -- the rows
+    never move (DTensor, and the along-dims rule, gather them). Results are laid out as the
+    along-dims rule lays them out (the reduced shards become Replicate), so every rank holds
+    the same statistics. Other layouts take the along-dims rule."""
     along, dims = _moments_plan(func, args, kwargs)
     if along is not None:
         fast = along[-1]
@@ -228,19 +265,20 @@ def moments(func, types, args, kwargs):
     keepdim = kwargs.get("keepdim", False)
     correction = kwargs.get("correction")
     correction = 1 if correction is None else correction
-    n = math.prod(x.shape[d] for d in dims)
-    cur = placements_of(x)
+    mesh, cur, coord = spec(x)
+    stats = _local_moments(move(x, cur), dims)
+    for i, p in enumerate(cur):
+        if p.is_shard() and p.dim in dims and mesh.shape[i] > 1:
+            stats = waited(_coll.all_gather_tensor(stats.contiguous(), 0, mesh.group_names[i]))
+    mean, var = _combine(stats, math.prod(x.shape[d] for d in dims), correction)
     kept = tuple(Replicate() if p.is_shard() and p.dim in dims else p for p in cur)
-    # The mean, made whole along the reduced dims once: the deviations and the caller use it.
-    mean = relayout(aten.sum.dim_IntList(x, dims, True) / n, kept)
-    dev = x - mean
-    var = aten.sum.dim_IntList(dev * dev, dims, keepdim) / max(0, n - correction)
     out = tuple(Shard(p.dim - sum(d < p.dim for d in dims)) if p.is_shard() and not keepdim else p for p in kept)
-    var = relayout(var, out)
-    first = aten.sqrt.default(var) if _MOMENTS[func][0] == "std" else var
-    if len(_MOMENTS[func]) == 1:
-        return first
-    return first, (mean if keepdim else aten.squeeze.dims(mean, dims))
+    meta = global_meta(func, args, kwargs)
+    metas = (meta,) if len(_MOMENTS[func]) == 1 else meta
+    first = (var.sqrt() if _MOMENTS[func][0] == "std" else var).to(x.dtype)
+    res = tuple(wrap_out(r if keepdim else r.squeeze(dims), m, mesh, out, coord)
+                for r, m in zip((first, mean.to(x.dtype)), metas))
+    return res[0] if len(res) == 1 else res
 
 
 for _f in _MOMENTS:
