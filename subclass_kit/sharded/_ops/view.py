@@ -31,9 +31,10 @@ from ..mesh import LAYOUTS_SEEN
 from ..placements import Replicate, Shard, _StridedShard
 from ..tensor import ShardedTensor, placements_of, sig_of, spec
 from ._common import TensorMeta, aten, global_meta, move, fast_plan, planned, spec_of, wrap_out
-from .view_targets import regroup_target as _regroup_target, strided_target as _strided_target, view_target as _view_target
+from .view_targets import (regroup_target as _regroup_target, split_layout as _split_layout, strided_target as _strided_target,
+                           view_target as _view_target)
 
-__all__ = ["detach", "permute_like", "reshape_like", "expand", "along_dim", "diagonal", "complex_view"]
+__all__ = ["detach", "permute_like", "reshape_like", "split_view", "expand", "along_dim", "diagonal", "complex_view"]
 
 
 def _release(x, dims) -> tuple:
@@ -208,6 +209,27 @@ def reshape_like(func, types, args, kwargs):
         # out of a wider tensor): view a compact copy, as reshape would.
         res = func(local.contiguous(), size)
         copied = True
+    return _finish(func, args, kwargs, res, meta, pl, copied)
+
+
+def split_view(func, args, kwargs):
+    """``view``/``_unsafe_view`` of a strided or nested layout that splits or keeps each of its
+    sharded dims (``split_layout``): the local viewed, nothing moved (as DTensor's
+    ``_StridedShard(0, sf)`` of ``(B*S, H)`` viewed as ``(B, S, H)`` is ``Shard(1)``); None
+    when the view needs another layout first (the layouts dispatch then simplifies it)."""
+    x = args[0]
+    if kwargs or x._gathered_view is not None:
+        return None
+    mesh, cur, coord = spec(x)
+    meta = global_meta(func, args, kwargs)
+    hit = _split_layout(tuple(x.shape), tuple(meta.shape), cur, mesh.shape, coord)
+    if hit is None:
+        return None
+    pl, size = hit
+    try:
+        res, copied = func(x.local, size), False
+    except RuntimeError:
+        res, copied = func(x.local.contiguous(), size), True  # (see reshape_like)
     return _finish(func, args, kwargs, res, meta, pl, copied)
 
 

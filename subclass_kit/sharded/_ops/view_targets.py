@@ -8,7 +8,7 @@ import math
 from itertools import accumulate
 from operator import mul
 
-__all__ = ["view_target", "regroup_target", "strided_target"]
+__all__ = ["view_target", "regroup_target", "strided_target", "split_layout"]
 
 
 def view_target(in_shape, out_shape, d):
@@ -85,3 +85,66 @@ def strided_target(in_shape, out_shape, d, k):
         if lo <= lo_d and hi_d <= hi and lo < lo_d and lo in bounds and hi in bounds:
             return e, lo_d // lo
     return None
+
+
+def split_layout(in_shape, out_shape, placements, mesh_shape, coord):
+    """``(placements, local out shape)`` of a view that splits (or keeps) every sharded dim
+    of a layout with strided or nested shards, with no communication; None otherwise.
+
+    Mesh dim by mesh dim (each splits the local the ones before it left): a
+    ``_StridedShard(d, sf)`` holds chunk ``c`` of each of ``sf`` blocks of ``d``; when the
+    view splits ``d`` into dims whose product before output dim ``e`` is ``lo`` (``lo``
+    dividing ``sf``), those blocks are ``q = sf // lo`` blocks of each row run of ``e``,
+    so the chunks are ``_StridedShard(e, q)`` of ``e`` -- ``Shard(e)`` when ``q == 1`` (the
+    inverse of the flatten that made it). A ``Shard`` is the ``sf == 1`` case. Even chunks,
+    but for a lone shard whose blocks are whole rows of the last of ``d``'s output dims
+    (each block is then chunked as that dim is); concrete sizes.
+
+    Example:
+        >>> from ..placements import _StridedShard
+        >>> split_layout((36, 3), (6, 6, 3), (_StridedShard(0, split_factor=6),), (2,), (0,))
+        ((Shard(1),), (6, 3, 3))
+        >>> split_layout((36, 3), (2, 18, 3), (_StridedShard(0, split_factor=6),), (2,), (0,))
+        ((_StridedShard(dim=1, sf=3),), (2, 9, 3))
+        >>> split_layout((36, 3), (4, 9, 3), (_StridedShard(0, split_factor=6),), (2,), (0,)) is None
+        True
+        >>> split_layout((36, 3), (6, 6, 3), (_StridedShard(0, split_factor=6),), (4,), (3,))
+        ((Shard(1),), (6, 0, 3))
+    """
+    from .._layout import strided_local_size
+    from ..placements import Shard, _StridedShard
+
+    if any(type(s) is not int for s in (*in_shape, *out_shape)):
+        return None
+    lone = sum(p.is_shard() for p in placements) == 1
+    lin, lout = list(in_shape), list(out_shape)
+    out = []
+    for p, k, c in zip(placements, mesh_shape, coord):
+        if not p.is_shard():
+            out.append(p)
+            continue
+        d = p.shard_dim()
+        sf = getattr(p, "split_factor", 1)
+        if lin[d] % sf:
+            return None
+        start, end = math.prod(lin[:d]), math.prod(lin[:d + 1])  # (in rows of the dims before)
+        hit, lo = None, None  # lo: the product of d's out dims before e
+        for e, pos in enumerate(accumulate(lout[:-1], mul, initial=1)):
+            if pos == start:
+                lo = 1
+            if lo is None:
+                continue  # (from e on, the same elements as from d on: same offset, same total)
+            s = lout[e]
+            if sf % lo == 0 and s % (sf // lo) == 0:
+                even = lin[d] % (sf * k) == 0 and (s // (sf // lo)) % k == 0
+                if even or (lone and sf == lo and pos * s == end):
+                    hit = e, sf // lo
+                    break
+            lo *= s
+        if hit is None:
+            return None
+        e, q = hit
+        out.append(Shard(e) if q == 1 else _StridedShard(e, split_factor=q))
+        lin[d] = strided_local_size(lin[d], k, c, sf)
+        lout[e] = strided_local_size(lout[e], k, c, q)
+    return tuple(out), tuple(lout)
