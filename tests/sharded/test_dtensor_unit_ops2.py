@@ -53,7 +53,7 @@ DTENSOR_FAILS = {
 
 # The kit's gaps: strict xfails (the port's kit result is an error, or a count above DTensor's).
 KIT_GAPS = {
-    ("test_view_ops", "test_dtensor_flatten_2d"): "a flatten of two sharded dims gathers (DTensor: two _StridedShards)",
+    ("test_view_ops", "test_dtensor_flatten_2d"): "a flatten of two sharded dims, one unevenly chunked, gathers (DTensor: two _StridedShards)",
 }
 
 # Upstream asserts placements in these ports: the kit's must be DTensor's.
@@ -137,16 +137,9 @@ def _worse(ports, only=None, skip=()):
 BADDBMM_GAP = {("test_baddbmm", f"0.8:{c}") for c in ("S0,S0,S1", "S0,S0,S2", "S1,S1,S0", "S1,S1,S1", "S1,S1,S2")}
 
 
-# test_view_ops on 2 x 2: a later mesh dim sharding the leading dim of a merge gathers where
-# DTensor keeps (nested) _StridedShards.
-VIEW_2D_GAP = {("test_view_ops_2d", c) for c in (
-    "20:flatten(24, 36):S1,S0", "32:ravel(24, 36):S1,S0", "36:reshape(6, 12, 24):S1,S0", "42:view(6, 12, 24):S1,S0",
-    "44:view(1, 1, 42, 24):S3,S2", "45:view(1, 1, 42, 1, 24, 1):S4,S2")}
-
-
 def test_communication_no_more_than_dtensor(ports):
     worse = _worse(ports)
-    assert set(worse) <= BADDBMM_GAP | VIEW_2D_GAP, set(worse) - BADDBMM_GAP - VIEW_2D_GAP
+    assert set(worse) <= BADDBMM_GAP, set(worse) - BADDBMM_GAP
 
 
 @pytest.mark.xfail(strict=True, reason="baddbmm(beta != 0): 2 collectives where DTensor does 1 (BADDBMM_GAP)")
@@ -181,7 +174,7 @@ def test_placements_as_dtensor(ports):
     for f, n, kit, dt in _pairs(ports):
         if n in PLACEMENT_PORTS.get(f, ()):
             diff.update({(n, c): (kit["pl"][c], p) for c, p in dt.get("pl", {}).items()
-                         if kit["pl"][c] != p and (n, c) not in VIEW_2D_GAP})
+                         if kit["pl"][c] != p})
     assert not diff, diff
 
 
@@ -199,13 +192,6 @@ def test_documented_differences(ports):
     assert (m["kit"]["pl"]["mm"], m["dtensor"]["pl"]["mm"]) == (["S0"], ["R"])
     assert m["kit"]["comms"]["mm"] < m["dtensor"]["comms"]["mm"]
     assert ports["test_view_ops"]["test_storage_offset_slice"]["kit"]["comms"]  # (offsets asserted in the port)
-
-
-@pytest.mark.xfail(strict=True, reason="2 x 2 views: a later mesh dim sharding a merge's leading dim gathers "
-                                       "where DTensor keeps _StridedShards (VIEW_2D_GAP)")
-def test_view_ops_2d_no_more_than_dtensor(ports):
-    worse = _worse(ports, only=VIEW_2D_GAP)
-    assert not worse, worse
 
 
 @pytest.mark.xfail(strict=True, reason="a merge of an unevenly chunked nested _StridedShard input (upstream's 2 x 2 "

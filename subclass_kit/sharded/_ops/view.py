@@ -282,6 +282,13 @@ def _reshape_decide(func, args, kwargs):
                 continue
             moves[p.dim] = e
             size[e] = chunk_size(n, mesh.shape[i], coord[i])
+    if lost:
+        # Mesh dim by mesh dim, the chunks may still be whole rows of (strided) output dims
+        # (a later mesh dim's shard of a merge's leading dim): a view of the local
+        hit = _split_layout(shape, tuple(meta.shape), cur, mesh.shape, coord)
+        if hit is not None:
+            LAYOUTS_SEEN[0] = True
+            return meta, cur, list(hit[1]), hit[0], _fast_of(func, args, kwargs, meta, hit[0])
     target = tuple(Replicate() if p.is_shard() and p.dim in lost else p for p in cur)
     pl = _shift(target, moves.__getitem__)
     if strided:

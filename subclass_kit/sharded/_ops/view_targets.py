@@ -101,7 +101,7 @@ def split_layout(in_shape, out_shape, placements, mesh_shape, coord):
     (each block is then chunked as that dim is); concrete sizes.
 
     Example:
-        >>> from ..placements import _StridedShard
+        >>> from ..placements import Shard, _StridedShard
         >>> split_layout((36, 3), (6, 6, 3), (_StridedShard(0, split_factor=6),), (2,), (0,))
         ((Shard(1),), (6, 3, 3))
         >>> split_layout((36, 3), (2, 18, 3), (_StridedShard(0, split_factor=6),), (2,), (0,))
@@ -110,11 +110,13 @@ def split_layout(in_shape, out_shape, placements, mesh_shape, coord):
         True
         >>> split_layout((36, 3), (6, 6, 3), (_StridedShard(0, split_factor=6),), (4,), (3,))
         ((Shard(1),), (6, 0, 3))
+        >>> split_layout((24, 36), (864,), (Shard(1), Shard(0)), (2, 2), (0, 0))  # a merge too
+        ((_StridedShard(dim=0, sf=24), Shard(0)), (216,))
     """
     from .._layout import strided_local_size
     from ..placements import Shard, _StridedShard
 
-    if any(type(s) is not int for s in (*in_shape, *out_shape)):
+    if any(type(s) is not int or s == 0 for s in (*in_shape, *out_shape)):
         return None
     lone = sum(p.is_shard() for p in placements) == 1
     lin, lout = list(in_shape), list(out_shape)
@@ -127,20 +129,20 @@ def split_layout(in_shape, out_shape, placements, mesh_shape, coord):
         sf = getattr(p, "split_factor", 1)
         if lin[d] % sf:
             return None
-        start, end = math.prod(lin[:d]), math.prod(lin[:d + 1])  # (in rows of the dims before)
-        hit, lo = None, None  # lo: the product of d's out dims before e
+        # d's chunks: chunk c of each of the start * sf equal blocks of the whole tensor;
+        # out dim e with pos rows before it holds them as _StridedShard(e, q) when the same
+        # blocks are q runs of its rows each (pos * q == start * sf), k dividing their rows
+        start, hit = math.prod(lin[:d]), None
+        even = lin[d] % (sf * k) == 0
         for e, pos in enumerate(accumulate(lout[:-1], mul, initial=1)):
-            if pos == start:
-                lo = 1
-            if lo is None:
-                continue  # (from e on, the same elements as from d on: same offset, same total)
             s = lout[e]
-            if sf % lo == 0 and s % (sf // lo) == 0:
-                even = lin[d] % (sf * k) == 0 and (s // (sf // lo)) % k == 0
-                if even or (lone and sf == lo and pos * s == end):
-                    hit = e, sf // lo
-                    break
-            lo *= s
+            if pos > start * sf or (start * sf) % pos or s % ((start * sf) // pos):
+                continue
+            q = start * sf // pos
+            last = pos * s == start * lin[d]  # (e ends where d does)
+            if (even and (s // q) % k == 0) or (lone and q == 1 and last and pos == start * sf):
+                hit = e, q
+                break
         if hit is None:
             return None
         e, q = hit
