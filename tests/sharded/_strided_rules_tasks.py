@@ -103,6 +103,8 @@ def unflatten_roundtrip() -> dict:
 
 
 def unflatten_roundtrip_2x2() -> dict:
-    """As unflatten_roundtrip on a 2 x 2 mesh: two strided shards, and one beside a Replicate."""
+    """As unflatten_roundtrip on a 2 x 2 mesh: a strided shard beside a Shard, two strided
+    shards of one dim ([_StridedShard(0, 6), _StridedShard(0, 12)]), one beside a Replicate."""
     return _roundtrip([("S1,S2", mesh_2d(), (6, 4, 4), [Shard(1), Shard(2)], (24, 4)),
+                       ("S1,S2 merged", mesh_2d(), (6, 4, 4, 3), [Shard(1), Shard(2)], (96, 3)),
                        ("R,S1", mesh_2d(), (6, 4, 3), [Replicate(), Shard(1)], (24, 3))])
