@@ -29,7 +29,8 @@ def flatten_to_strided() -> dict:
     z.sum().backward()
     (g.view(24, 3) * 2 + 1).sum().backward()
     close(x.grad.full_tensor(), g.grad)
-    # uneven chunks of the merged dim are not a strided chunk of the product: gathered
+    # uneven chunks of a dim merged after others, the trailing dims apart: each block of the
+    # strided shard is chunked as the dim was (torch.chunk of 3 rows), nothing moved
     h = torch.randn(6, 3, 3)
     hd = distribute(h, mesh, [Shard(1)])
     with Comms() as c:

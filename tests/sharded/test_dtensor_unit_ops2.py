@@ -52,9 +52,7 @@ DTENSOR_FAILS = {
 }
 
 # The kit's gaps: strict xfails (the port's kit result is an error, or a count above DTensor's).
-KIT_GAPS = {
-    ("test_view_ops", "test_dtensor_flatten_2d"): "a flatten of two sharded dims, one unevenly chunked, gathers (DTensor: two _StridedShards)",
-}
+KIT_GAPS: dict = {}  # (none left: test_dtensor_flatten_2d and test_dtensor_unflatten pass)
 
 # Upstream asserts placements in these ports: the kit's must be DTensor's.
 PLACEMENT_PORTS = {"test_view_ops": ("test_complex_view_ops", "test_dtensor_flatten_1d", "test_squeeze_", "test_view_ops",

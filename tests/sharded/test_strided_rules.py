@@ -17,7 +17,7 @@ pytestmark = pytest.mark.dist
 def test_flatten_after_other_dims_gives_a_strided_shard():
     for r in world(2).run(T.flatten_to_strided, timeout=120):
         assert r["even"] == ((_StridedShard(0, split_factor=6),), 0, (12, 3))
-        assert r["uneven"] == ((Replicate(),), 1)
+        assert r["uneven"] == ((_StridedShard(0, split_factor=6),), 0)  # (each block of 3 rows chunked alike)
 
 
 def test_mm_keeps_a_strided_row_shard():

@@ -97,8 +97,8 @@ def split_layout(in_shape, out_shape, placements, mesh_shape, coord):
     dividing ``sf``), those blocks are ``q = sf // lo`` blocks of each row run of ``e``,
     so the chunks are ``_StridedShard(e, q)`` of ``e`` -- ``Shard(e)`` when ``q == 1`` (the
     inverse of the flatten that made it). A ``Shard`` is the ``sf == 1`` case. Even chunks,
-    but for a lone shard whose blocks are whole rows of the last of ``d``'s output dims
-    (each block is then chunked as that dim is); concrete sizes.
+    but for the last sharding mesh dim when ``e`` ends where ``d`` does (each block is then
+    chunked as that dim is); concrete sizes.
 
     Example:
         >>> from ..placements import Shard, _StridedShard
@@ -118,10 +118,10 @@ def split_layout(in_shape, out_shape, placements, mesh_shape, coord):
 
     if any(type(s) is not int or s == 0 for s in (*in_shape, *out_shape)):
         return None
-    lone = sum(p.is_shard() for p in placements) == 1
+    last_shard = max((i for i, p in enumerate(placements) if p.is_shard()), default=-1)
     lin, lout = list(in_shape), list(out_shape)
     out = []
-    for p, k, c in zip(placements, mesh_shape, coord):
+    for i, (p, k, c) in enumerate(zip(placements, mesh_shape, coord)):
         if not p.is_shard():
             out.append(p)
             continue
@@ -139,8 +139,10 @@ def split_layout(in_shape, out_shape, placements, mesh_shape, coord):
             if pos > start * sf or (start * sf) % pos or s % ((start * sf) // pos):
                 continue
             q = start * sf // pos
-            last = pos * s == start * lin[d]  # (e ends where d does)
-            if (even and (s // q) % k == 0) or (lone and q == 1 and last and pos == start * sf):
+            # Uneven chunks: when e ends where d does, each block is chunked alike in rows of
+            # either; only for the last sharding mesh dim (no later one sees uneven sizes).
+            last = pos * s == start * lin[d]
+            if (even and (s // q) % k == 0) or (i == last_shard and last):
                 hit = e, q
                 break
         if hit is None:
