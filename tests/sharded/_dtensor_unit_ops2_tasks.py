@@ -322,7 +322,9 @@ def test_dtensor_unflatten(L):
     record(r, "1d", y, c)
     mesh = mesh_2d()
     g = torch.arange(6 * 6 * 6 * 3).view(216, 3)
-    for name, spec, want in (("S1,S2", [L.StridedShard(0, split_factor=6), L.StridedShard(0, split_factor=12)], ["S1", "S2"]),
+    # (upstream's inner split factor, 12, is 6 * ceil(6 / 4): its flatten on a (4, 2) mesh; on
+    # this 2 x 2 mesh the flatten of [Shard(1), Shard(2)] gives 6 * 6 / 2 = 18)
+    for name, spec, want in (("S1,S2", [L.StridedShard(0, split_factor=6), L.StridedShard(0, split_factor=18)], ["S1", "S2"]),
                              ("R,S2", [L.Replicate(), L.StridedShard(0, split_factor=36)], ["R", "S2"])):
         x = L.distribute(g, mesh, spec, src_data_rank=None)
         with Comms() as c:

@@ -29,7 +29,8 @@ def flatten_to_strided() -> dict:
     z.sum().backward()
     (g.view(24, 3) * 2 + 1).sum().backward()
     close(x.grad.full_tensor(), g.grad)
-    # uneven chunks of the merged dim are not a strided chunk of the product: gathered
+    # uneven chunks of a dim merged after others, the trailing dims apart: each block of the
+    # strided shard is chunked as the dim was (torch.chunk of 3 rows), nothing moved
     h = torch.randn(6, 3, 3)
     hd = distribute(h, mesh, [Shard(1)])
     with Comms() as c:
@@ -72,3 +73,39 @@ def flatten_2x2() -> dict:
         close(y.full_tensor(), g.reshape(shape))
         close((y * 2).full_tensor(), g.reshape(shape) * 2)
     return out
+
+
+
+def _roundtrip(cases) -> dict:
+    out = {}
+    for name, mesh, shape, spec, flat in cases:
+        g = torch.arange(float(torch.Size(shape).numel())).view(shape)
+        y = distribute(g, mesh, spec).view(flat)
+        with Comms() as c:
+            z = y.view(shape)
+        out[name] = (z.placements, c.total())
+        assert torch.equal(z.to_local(), distribute(g, mesh, spec).to_local()), name
+        close((z * 2).full_tensor(), g * 2)
+    return out
+
+
+def unflatten_roundtrip() -> dict:
+    """The flatten's _StridedShard viewed back into its dims: Shard again, nothing moved, each
+    rank's local the one distribute gives the unflattened tensor (DTensor's); a split the
+    strided blocks do not line up with is simplified first (the dense value either way)."""
+    out = _roundtrip([("1d", _mesh(), (6, 4, 3), [Shard(1)], (24, 3))])
+    g = torch.arange(36.0).view(36, 1)
+    x = distribute(g, _mesh(), [_StridedShard(0, split_factor=6)])
+    with Comms() as c:
+        z = x.view(4, 9, 1)  # blocks of 6 rows across the 9s: not a shard of either dim
+    close(z.full_tensor(), g.view(4, 9, 1))
+    out["misaligned"] = (z.placements, c.total())
+    return out
+
+
+def unflatten_roundtrip_2x2() -> dict:
+    """As unflatten_roundtrip on a 2 x 2 mesh: a strided shard beside a Shard, two strided
+    shards of one dim ([_StridedShard(0, 6), _StridedShard(0, 12)]), one beside a Replicate."""
+    return _roundtrip([("S1,S2", mesh_2d(), (6, 4, 4), [Shard(1), Shard(2)], (24, 4)),
+                       ("S1,S2 merged", mesh_2d(), (6, 4, 4, 3), [Shard(1), Shard(2)], (96, 3)),
+                       ("R,S1", mesh_2d(), (6, 4, 3), [Replicate(), Shard(1)], (24, 3))])

@@ -46,17 +46,13 @@ SKIPPED = {
 # Ports torch 2.13's DTensor fails here (the kit passes them): the reason.
 DTENSOR_FAILS = {
     ("test_view_ops", "test_as_strided_fake_impl"): "as_strided not supported with DTensor",
-    ("test_view_ops", "test_dtensor_unflatten"): "a _StridedShard viewed back: invalid local shape",
     ("test_matrix_ops", "test_mm_with_strided_input_2d"): "wrong values for a nested _StridedShard (upstream: GPU only)",
     ("test_embedding_ops", "test_embedding_compile"): "compiled F.embedding of a row-sharded table: 'Mixing fake modes'",
     ("test_convolution_ops", "test_downsampling_convolution"): "the Replicate bias's gradient misses the other rank's width shard",
 }
 
 # The kit's gaps: strict xfails (the port's kit result is an error, or a count above DTensor's).
-KIT_GAPS = {
-    ("test_view_ops", "test_dtensor_flatten_2d"): "a flatten of two sharded dims gathers (DTensor: two _StridedShards)",
-    ("test_view_ops", "test_dtensor_unflatten"): "a _StridedShard viewed back into its dims gathers (upstream: Shard)",
-}
+KIT_GAPS: dict = {}  # (none left: test_dtensor_flatten_2d and test_dtensor_unflatten pass)
 
 # Upstream asserts placements in these ports: the kit's must be DTensor's.
 PLACEMENT_PORTS = {"test_view_ops": ("test_complex_view_ops", "test_dtensor_flatten_1d", "test_squeeze_", "test_view_ops",
@@ -134,17 +130,9 @@ def _worse(ports, only=None, skip=()):
     return worse
 
 
-# test_view_ops on 2 x 2: a later mesh dim sharding the leading dim of a merge, and a
-# _StridedShard input, gather where DTensor keeps (nested) _StridedShards.
-VIEW_2D_GAP = {("test_view_ops_2d", c) for c in (
-    "20:flatten(24, 36):S1,S0", "32:ravel(24, 36):S1,S0", "36:reshape(6, 12, 24):S1,S0", "42:view(6, 12, 24):S1,S0",
-    "44:view(1, 1, 42, 24):S3,S2", "45:view(1, 1, 42, 1, 24, 1):S4,S2", "42:view(6, 12, 24):SS2/2,S2",
-    "43:view(1, 1, 12):SS2/2,S2", "46:view(48, 35, 26):SS0/2,S0")}
-
-
 def test_communication_no_more_than_dtensor(ports):
     worse = _worse(ports)
-    assert set(worse) <= VIEW_2D_GAP, set(worse) - VIEW_2D_GAP
+    assert not worse, worse
 
 
 def test_view_ops_upstream_cases_move_nothing(ports):
@@ -173,7 +161,7 @@ def test_placements_as_dtensor(ports):
     for f, n, kit, dt in _pairs(ports):
         if n in PLACEMENT_PORTS.get(f, ()):
             diff.update({(n, c): (kit["pl"][c], p) for c, p in dt.get("pl", {}).items()
-                         if kit["pl"][c] != p and (n, c) not in VIEW_2D_GAP})
+                         if kit["pl"][c] != p})
     assert not diff, diff
 
 
@@ -193,15 +181,8 @@ def test_documented_differences(ports):
     assert ports["test_view_ops"]["test_storage_offset_slice"]["kit"]["comms"]  # (offsets asserted in the port)
 
 
-@pytest.mark.xfail(strict=True, reason="2 x 2 views: a later mesh dim sharding a merge's leading dim, or a "
-                                       "_StridedShard input, gather where DTensor keeps _StridedShards (VIEW_2D_GAP)")
-def test_view_ops_2d_no_more_than_dtensor(ports):
-    worse = _worse(ports, only=VIEW_2D_GAP)
-    assert not worse, worse
-
-
-@pytest.mark.xfail(strict=True, reason="a view of a _StridedShard input (upstream's 2 x 2 cases) moves it to a "
-                                       "simple layout first: one gather where DTensor moves nothing")
+@pytest.mark.xfail(strict=True, reason="a merge of an unevenly chunked nested _StridedShard input (upstream's 2 x 2 "
+                                       "cases) moves it to a simple layout first: one gather where DTensor moves nothing")
 def test_view_ops_2d_strided_inputs_move_nothing(ports):
     kit = ports["test_view_ops"]["test_view_ops_2d"]["kit"]
     moved = {c: kit["comms"][c] for c in kit["upstream0"] if kit["comms"][c]}

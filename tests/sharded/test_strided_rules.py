@@ -1,5 +1,5 @@
-"""A view merging a shard after other dims keeps it as a _StridedShard, and mm keeps a
-strided row shard, with no collective (as DTensor; issue 29's ported DTensor view and matrix
+"""A view merging a shard after other dims keeps it as a _StridedShard (and viewed back, it is
+a Shard again), and mm keeps a strided row shard, with no collective (as DTensor; issue 29's ported DTensor view and matrix
 tests): 2 gloo ranks."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.dist
 def test_flatten_after_other_dims_gives_a_strided_shard():
     for r in world(2).run(T.flatten_to_strided, timeout=120):
         assert r["even"] == ((_StridedShard(0, split_factor=6),), 0, (12, 3))
-        assert r["uneven"] == ((Replicate(),), 1)
+        assert r["uneven"] == ((_StridedShard(0, split_factor=6),), 0)  # (each block of 3 rows chunked alike)
 
 
 def test_mm_keeps_a_strided_row_shard():
@@ -30,3 +30,13 @@ def test_flatten_on_a_2x2_mesh_strides_after_the_leading_shard():
     for r in world(4).run(T.flatten_2x2, timeout=120):
         assert r["S0,S1"] == ((Shard(0), _StridedShard(0, split_factor=4)), 0)
         assert r["S1,S2"] == ((_StridedShard(0, split_factor=6), Shard(1)), 0)
+
+
+
+def test_unflatten_of_a_strided_shard_is_a_shard_again():
+    for r in world(2).run(T.unflatten_roundtrip, timeout=120):
+        assert r["1d"] == ((Shard(1),), 0)
+        assert r["misaligned"][0] == (Replicate(),) and r["misaligned"][1] > 0
+    for r in world(4).run(T.unflatten_roundtrip_2x2, timeout=120):
+        assert r["S1,S2"] == r["S1,S2 merged"] == ((Shard(1), Shard(2)), 0)
+        assert r["R,S1"] == ((Replicate(), Shard(1)), 0)

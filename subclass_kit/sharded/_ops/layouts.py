@@ -9,6 +9,9 @@ here first (``ShardedTensor.__torch_dispatch__`` asks, once such a layout exists
   share one layout and shape, without Partial, run on the locals and keep the layout, as
   DTensor's pointwise strategy does; so does ``mm`` of such a layout of the rows by a
   replicated matrix;
+- a ``view`` that splits or keeps each sharded dim into dims its chunks are whole rows of
+  views the local (``view.split_view``: a flatten's ``_StridedShard`` unflattened is a
+  ``Shard`` again, as DTensor's);
 - every other op gets its operands redistributed to the nearest layout the rules handle
   (``simple_target``: a nested dim keeps its first mesh dim, a strided one its TP shard)
   and runs by its rule. An in-place op writes its result back into the operand's own
@@ -24,6 +27,7 @@ import torch
 from ..placements import Partial, Placement, Replicate, Shard, _StridedShard, is_simple
 from ..tensor import LAYOUT_HOOK, ShardedTensor, relayout, spec
 from ._common import TensorMeta, aten, global_meta, wrap_out
+from .view import split_view
 
 __all__ = ["simple_target", "layout_dispatch"]
 
@@ -34,6 +38,7 @@ _PASS = {
     aten.detach.default, aten.alias.default, aten.zeros_like.default, aten.ones_like.default,
     aten.empty_like.default, aten.full_like.default, aten.lift_fresh.default,
 }
+_VIEWS = {aten.view.default, aten._unsafe_view.default}
 _ELEMENTWISE = {aten._to_copy.default, aten.clone.default, aten.copy_.default, aten.fill_.Scalar, aten.zero_.default}
 
 
@@ -162,6 +167,10 @@ def layout_dispatch(func, args, kwargs):
             odd.append(x)
     if not odd or func in _PASS:
         return NotImplemented
+    if func in _VIEWS and type(args[0]) is ShardedTensor:
+        out = split_view(func, args, kwargs)
+        if out is not None:
+            return out
     mesh, pl, coord = spec(odd[0])
     if _keeps(func, args, kwargs, pl) or _keeps_rows(func, args, kwargs, pl):
         out = func(*[_local(a) for a in args], **{k: _local(v) for k, v in kwargs.items()})

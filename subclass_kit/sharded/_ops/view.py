@@ -31,9 +31,10 @@ from ..mesh import LAYOUTS_SEEN
 from ..placements import Replicate, Shard, _StridedShard
 from ..tensor import ShardedTensor, placements_of, sig_of, spec
 from ._common import TensorMeta, aten, global_meta, move, fast_plan, planned, spec_of, wrap_out
-from .view_targets import regroup_target as _regroup_target, strided_target as _strided_target, view_target as _view_target
+from .view_targets import (regroup_target as _regroup_target, split_layout as _split_layout, strided_target as _strided_target,
+                           view_target as _view_target)
 
-__all__ = ["detach", "permute_like", "reshape_like", "expand", "along_dim", "diagonal", "complex_view"]
+__all__ = ["detach", "permute_like", "reshape_like", "split_view", "expand", "along_dim", "diagonal", "complex_view"]
 
 
 def _release(x, dims) -> tuple:
@@ -211,6 +212,27 @@ def reshape_like(func, types, args, kwargs):
     return _finish(func, args, kwargs, res, meta, pl, copied)
 
 
+def split_view(func, args, kwargs):
+    """``view``/``_unsafe_view`` of a strided or nested layout that splits or keeps each of its
+    sharded dims (``split_layout``): the local viewed, nothing moved (as DTensor's
+    ``_StridedShard(0, sf)`` of ``(B*S, H)`` viewed as ``(B, S, H)`` is ``Shard(1)``); None
+    when the view needs another layout first (the layouts dispatch then simplifies it)."""
+    x = args[0]
+    if kwargs or x._gathered_view is not None:
+        return None
+    mesh, cur, coord = spec(x)
+    meta = global_meta(func, args, kwargs)
+    hit = _split_layout(tuple(x.shape), tuple(meta.shape), cur, mesh.shape, coord)
+    if hit is None:
+        return None
+    pl, size = hit
+    try:
+        res, copied = func(x.local, size), False
+    except RuntimeError:
+        res, copied = func(x.local.contiguous(), size), True  # (see reshape_like)
+    return _finish(func, args, kwargs, res, meta, pl, copied)
+
+
 def _strided_factor(cur, i, shape, out_shape, hit, moves, mesh_shape):
     """The split factor of mesh dim ``i``'s strided shard of the merged output dim ``e``
     (``hit``: ``(e, the global factor)``), or None when another shard makes the pieces
@@ -260,6 +282,13 @@ def _reshape_decide(func, args, kwargs):
                 continue
             moves[p.dim] = e
             size[e] = chunk_size(n, mesh.shape[i], coord[i])
+    if lost:
+        # Mesh dim by mesh dim, the chunks may still be whole rows of (strided) output dims
+        # (a later mesh dim's shard of a merge's leading dim): a view of the local
+        hit = _split_layout(shape, tuple(meta.shape), cur, mesh.shape, coord)
+        if hit is not None:
+            LAYOUTS_SEEN[0] = True
+            return meta, cur, list(hit[1]), hit[0], _fast_of(func, args, kwargs, meta, hit[0])
     target = tuple(Replicate() if p.is_shard() and p.dim in lost else p for p in cur)
     pl = _shift(target, moves.__getitem__)
     if strided:

@@ -8,7 +8,7 @@ import math
 from itertools import accumulate
 from operator import mul
 
-__all__ = ["view_target", "regroup_target", "strided_target"]
+__all__ = ["view_target", "regroup_target", "strided_target", "split_layout"]
 
 
 def view_target(in_shape, out_shape, d):
@@ -85,3 +85,70 @@ def strided_target(in_shape, out_shape, d, k):
         if lo <= lo_d and hi_d <= hi and lo < lo_d and lo in bounds and hi in bounds:
             return e, lo_d // lo
     return None
+
+
+def split_layout(in_shape, out_shape, placements, mesh_shape, coord):
+    """``(placements, local out shape)`` of a view that splits (or keeps) every sharded dim
+    of a layout with strided or nested shards, with no communication; None otherwise.
+
+    Mesh dim by mesh dim (each splits the local the ones before it left): a
+    ``_StridedShard(d, sf)`` holds chunk ``c`` of each of ``sf`` blocks of ``d``; when the
+    view splits ``d`` into dims whose product before output dim ``e`` is ``lo`` (``lo``
+    dividing ``sf``), those blocks are ``q = sf // lo`` blocks of each row run of ``e``,
+    so the chunks are ``_StridedShard(e, q)`` of ``e`` -- ``Shard(e)`` when ``q == 1`` (the
+    inverse of the flatten that made it). A ``Shard`` is the ``sf == 1`` case. Even chunks,
+    but for the last sharding mesh dim when ``e`` ends where ``d`` does (each block is then
+    chunked as that dim is); concrete sizes.
+
+    Example:
+        >>> from ..placements import Shard, _StridedShard
+        >>> split_layout((36, 3), (6, 6, 3), (_StridedShard(0, split_factor=6),), (2,), (0,))
+        ((Shard(1),), (6, 3, 3))
+        >>> split_layout((36, 3), (2, 18, 3), (_StridedShard(0, split_factor=6),), (2,), (0,))
+        ((_StridedShard(dim=1, sf=3),), (2, 9, 3))
+        >>> split_layout((36, 3), (4, 9, 3), (_StridedShard(0, split_factor=6),), (2,), (0,)) is None
+        True
+        >>> split_layout((36, 3), (6, 6, 3), (_StridedShard(0, split_factor=6),), (4,), (3,))
+        ((Shard(1),), (6, 0, 3))
+        >>> split_layout((24, 36), (864,), (Shard(1), Shard(0)), (2, 2), (0, 0))  # a merge too
+        ((_StridedShard(dim=0, sf=24), Shard(0)), (216,))
+    """
+    from .._layout import strided_local_size
+    from ..placements import Shard, _StridedShard
+
+    if any(type(s) is not int or s == 0 for s in (*in_shape, *out_shape)):
+        return None
+    last_shard = max((i for i, p in enumerate(placements) if p.is_shard()), default=-1)
+    lin, lout = list(in_shape), list(out_shape)
+    out = []
+    for i, (p, k, c) in enumerate(zip(placements, mesh_shape, coord)):
+        if not p.is_shard():
+            out.append(p)
+            continue
+        d = p.shard_dim()
+        sf = getattr(p, "split_factor", 1)
+        if lin[d] % sf:
+            return None
+        # d's chunks: chunk c of each of the start * sf equal blocks of the whole tensor;
+        # out dim e with pos rows before it holds them as _StridedShard(e, q) when the same
+        # blocks are q runs of its rows each (pos * q == start * sf), k dividing their rows
+        start, hit = math.prod(lin[:d]), None
+        even = lin[d] % (sf * k) == 0
+        for e, pos in enumerate(accumulate(lout[:-1], mul, initial=1)):
+            s = lout[e]
+            if pos > start * sf or (start * sf) % pos or s % ((start * sf) // pos):
+                continue
+            q = start * sf // pos
+            # Uneven chunks: when e ends where d does, each block is chunked alike in rows of
+            # either; only for the last sharding mesh dim (no later one sees uneven sizes).
+            last = pos * s == start * lin[d]
+            if (even and (s // q) % k == 0) or (i == last_shard and last):
+                hit = e, q
+                break
+        if hit is None:
+            return None
+        e, q = hit
+        out.append(Shard(e) if q == 1 else _StridedShard(e, split_factor=q))
+        lin[d] = strided_local_size(lin[d], k, c, sf)
+        lout[e] = strided_local_size(lout[e], k, c, q)
+    return tuple(out), tuple(lout)
