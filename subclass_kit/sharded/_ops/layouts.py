@@ -206,6 +206,12 @@ def layout_dispatch(func, args, kwargs):
             x.local.copy_(relayout(y, spec(x)[1], x.shape, x.stride()).local)
             if out is y:
                 out = x
+    if func.is_view and type(out) is ShardedTensor:
+        # The view ran on a relaid copy: its metadata is the copy's (offset 0 at the copy's
+        # start); a view of the operand has the dense view's, storage offset included.
+        meta = global_meta(func, args, kwargs)
+        if type(meta) is TensorMeta:
+            out = wrap_out(out.local, meta, *spec(out))
     if func.is_view:
         for o in (out if type(out) in (list, tuple) else (out,)):
             if type(o) is ShardedTensor:
