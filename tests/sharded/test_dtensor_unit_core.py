@@ -76,10 +76,6 @@ RESULTS = {
     **{f"test_redistribute_shard_dim_change_2d_{t}": (_upstream_2d, _upstream_2d) for t in ("float32", "cfloat")},
 }
 
-# Real gaps (strict xfail): {port: reason}.
-XFAIL: dict = {}
-
-
 @pytest.fixture(scope="module")
 def ports():
     res = world(2).run(T.run, 2, timeout=400)[0]
@@ -100,8 +96,6 @@ def _passes(name, lib, r, other):
         return DOCUMENTED[name](kit, dt)
     if name in RESULTS:
         return RESULTS[name][lib == "dtensor"](r)
-    if name in XFAIL:
-        return r == other if lib == "kit" else not any(str(v).startswith("error") for v in r.values())
     return r == "ok"
 
 
@@ -111,15 +105,14 @@ def table(ports) -> list:
         kit = sum(_passes(n, "kit", libs["kit"], libs["dtensor"]) for n, libs in by_name.items())
         dt = sum(_passes(n, "dtensor", libs["dtensor"], libs["kit"]) for n, libs in by_name.items())
         doc = sum(n in DOCUMENTED for n in by_name)
-        xf = sum(n in XFAIL for n in by_name)
-        rows.append((file, len(by_name), kit, dt, doc, xf))
+        rows.append((file, len(by_name), kit, dt, doc))
     return rows
 
 
 def test_ported_counts(ports):
     assert {f: len(by_name) for f, by_name in ports.items()} == PORTED
-    assert all(n in _flat(ports) for n in (*DOCUMENTED, *RESULTS, *XFAIL))
-    print("\n| file | ported | pass on kit | pass on DTensor | documented exceptions | xfail |")
+    assert all(n in _flat(ports) for n in (*DOCUMENTED, *RESULTS))
+    print("\n| file | ported | pass on kit | pass on DTensor | documented exceptions |")
     for row in table(ports):
         print("| " + " | ".join(str(c) for c in row) + " |")
 
@@ -132,7 +125,7 @@ def test_every_port_passes_on_dtensor(ports):
 
 def test_every_port_passes_on_the_kit(ports):
     bad = {n: libs["kit"] for n, libs in _flat(ports).items()
-           if n not in XFAIL and not _passes(n, "kit", libs["kit"], libs["dtensor"])}
+           if not _passes(n, "kit", libs["kit"], libs["dtensor"])}
     assert not bad, bad
 
 
@@ -144,13 +137,6 @@ def test_communication_no_more_than_dtensor(ports):
             assert _no_more(kit, dt), (name, kit, dt)
     kit, dt = flat["test_multinomial_sharded"]["kit"], flat["test_multinomial_sharded"]["dtensor"]
     assert kit["S1 comms"] <= dt["S1 comms"]
-
-
-@pytest.mark.xfail(strict=True, reason="; ".join(XFAIL.values()))
-@pytest.mark.parametrize("name", sorted(XFAIL))
-def test_known_gaps(ports, name):
-    libs = _flat(ports)[name]
-    assert _passes(name, "kit", libs["kit"], libs["dtensor"]), libs["kit"]
 
 
 def test_skipped_are_listed():

@@ -4,8 +4,8 @@ test_embedding_ops, test_convolution_ops, test_experimental_ops), ported to the 
 on torch's DTensor in the same worlds (2 ranks; 4 for the 2 x 2 meshes): see
 _dtensor_unit_ops2_tasks. Every port passes on the kit, with no more collectives than
 DTensor and DTensor's placements where upstream asserts them, but for the documented
-choices (docs/sharded.md, "PyTorch's DTensor unit tests") and the gaps kept as strict
-xfails below.
+choices (docs/sharded.md, "PyTorch's DTensor unit tests") and the one gap kept as a strict
+xfail below (an uneven nested strided merge on 2 x 2).
 """
 
 from __future__ import annotations
@@ -51,9 +51,6 @@ DTENSOR_FAILS = {
     ("test_convolution_ops", "test_downsampling_convolution"): "the Replicate bias's gradient misses the other rank's width shard",
 }
 
-# The kit's gaps: strict xfails (the port's kit result is an error, or a count above DTensor's).
-KIT_GAPS: dict = {}  # (none left: test_dtensor_flatten_2d and test_dtensor_unflatten pass)
-
 # Upstream asserts placements in these ports: the kit's must be DTensor's.
 PLACEMENT_PORTS = {"test_view_ops": ("test_complex_view_ops", "test_dtensor_flatten_1d", "test_squeeze_", "test_view_ops",
                                      "test_view_ops_2d"),
@@ -78,7 +75,7 @@ def _err(r) -> bool:
 def _table(ports) -> str:
     rows = ["file | ported | pass on kit | pass on DTensor | documented exceptions | skipped"]
     for file, got in ports.items():
-        kit = sum(not _err(r["kit"]) and (file, n) not in KIT_GAPS for n, r in got.items())
+        kit = sum(not _err(r["kit"]) for n, r in got.items())
         dt = sum(not _err(r["dtensor"]) for r in got.values())
         doc = sum(f == file for f, _ in DOCUMENTED)
         rows.append(f"{file} | {len(got)} | {kit} | {dt} | {doc} | {len(SKIPPED[file])}")
@@ -102,7 +99,7 @@ def test_ported_counts(ports):
 
 def test_every_port_passes_on_the_kit(ports):
     bad = {(f, n): r["kit"][-600:] for f, got in ports.items() for n, r in got.items()
-           if _err(r["kit"]) and (f, n) not in KIT_GAPS}
+           if _err(r["kit"])}
     assert not bad, bad
 
 
@@ -187,9 +184,3 @@ def test_view_ops_2d_strided_inputs_move_nothing(ports):
     kit = ports["test_view_ops"]["test_view_ops_2d"]["kit"]
     moved = {c: kit["comms"][c] for c in kit["upstream0"] if kit["comms"][c]}
     assert not moved, moved
-
-
-@pytest.mark.parametrize("gap", sorted(KIT_GAPS), ids=lambda g: g[1])
-@pytest.mark.xfail(strict=True, reason="the kit's gaps: see KIT_GAPS")
-def test_kit_gaps(ports, gap):
-    assert not _err(ports[gap[0]][gap[1]]["kit"]), ports[gap[0]][gap[1]]["kit"][-400:]
