@@ -57,6 +57,7 @@ _MODULES = [
     "subclass_kit.sharded.data_parallelism",
     "subclass_kit.sharded._ops.matrix",
     "subclass_kit.sharded._ops.view",
+    "subclass_kit.sharded._ops.reshape",
     "subclass_kit.sharded._ops.view_targets",
     "subclass_kit.sharded._ops.as_strided",
     "subclass_kit.sharded._ops.layouts",

@@ -10,7 +10,7 @@ here first (``ShardedTensor.__torch_dispatch__`` asks, once such a layout exists
   DTensor's pointwise strategy does; so does ``mm`` of such a layout of the rows by a
   replicated matrix;
 - a ``view`` that splits or keeps each sharded dim into dims its chunks are whole rows of
-  views the local (``view.split_view``: a flatten's ``_StridedShard`` unflattened is a
+  views the local (``reshape.split_view``: a flatten's ``_StridedShard`` unflattened is a
   ``Shard`` again, as DTensor's);
 - every other op gets its operands redistributed to the nearest layout the rules handle
   (``simple_target``: a nested dim keeps its first mesh dim, a strided one its TP shard)
@@ -27,7 +27,7 @@ import torch
 from ..placements import Partial, Placement, Replicate, Shard, _StridedShard, is_simple
 from ..tensor import LAYOUT_HOOK, ShardedTensor, relayout, spec
 from ._common import TensorMeta, aten, global_meta, wrap_out
-from .view import split_view
+from .reshape import split_view
 
 __all__ = ["simple_target", "layout_dispatch"]
 
