@@ -1004,14 +1004,16 @@ def recompile_limit() -> int:
 # ---- the compile boundary (boundary.py, _boundary_trace.py) ----------------------------------
 
 
-def tensor_guard(tensors: list):
+def tensor_guard(tensors: list, free: int = 0):
     """dynamo's C++ TENSOR_MATCH over ``tensors``, every size and stride static: an object
     whose ``check(*tensors)`` is True when each has the recorded type, dispatch keys, dtype,
-    device, requires_grad, sizes and strides."""
+    device, requires_grad, sizes and strides. The first ``free`` tensors' sizes and strides
+    are not checked (their rank is)."""
     from torch._C._dynamo.guards import TensorGuards
 
-    sizes: Any = [list(t.shape) for t in tensors]  # per tensor, per dim (torch's stub says flat)
-    strides: Any = [list(t.stride()) for t in tensors]
+    # per tensor, per dim (torch's stub says flat); None: any value
+    sizes: Any = [[None] * t.dim() if i < free else list(t.shape) for i, t in enumerate(tensors)]
+    strides: Any = [[None] * t.dim() if i < free else list(t.stride()) for i, t in enumerate(tensors)]
     return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
 
 
