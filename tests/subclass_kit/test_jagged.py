@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.testing import CompileCounterWithBackend
 
+import subclass_kit
 import symbolic
 from subclass_kit.examples import JaggedTensor
 from subclass_kit.examples.jagged import JaggedLayoutError
@@ -205,10 +206,10 @@ def _marks_free_dims(mark) -> bool:
     return 0 in symbolic.marks(x).inner.get("packed", {})
 
 
-def _compiled_counts(build, mark, backend="aot_eager", *, backward=True):
+def _compiled_counts(build, mark, backend="aot_eager", *, backward=True, compiler=torch.compile):
     model = _Model()
     cnt = CompileCounterWithBackend(backend)
-    compiled = torch.compile(model, backend=cnt, fullgraph=True)
+    compiled = compiler(model, backend=cnt, fullgraph=True)
     for lengths in _batches():
         parts = [p.detach().float() for p in _parts(lengths)]
         x = build(parts)
@@ -220,6 +221,7 @@ def _compiled_counts(build, mark, backend="aot_eager", *, backward=True):
         if backward:
             for a, b in zip(_model_grads(model, got), _model_grads(model, want)):
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert getattr(compiled, "fallback_calls", 0) == 0  # the boundary served every batch itself
     return cnt.frame_count
 
 
@@ -252,6 +254,19 @@ def test_njt_anchor_counts(marking):
 @pytest.mark.slow
 def test_inductor_one_compile_values_and_gradients():
     assert _compiled_counts(JaggedTensor.from_list, _mark_kit, backend="inductor") == 1
+
+
+@pytest.mark.parametrize("marking", ["symbolic", "torch"])
+def test_the_compile_boundary_compiles_once_for_a_batch_sweep(marking):
+    # subclass_kit.compile: the model's body takes the plain inner tensors and a carrier of
+    # each batch's outer size; one body serves every batch (gradients into the weights too).
+    assert _compiled_counts(JaggedTensor.from_list, MARKINGS[marking], compiler=subclass_kit.compile) == 1
+
+
+@pytest.mark.slow
+def test_the_compile_boundary_under_inductor_compiles_once():
+    assert _compiled_counts(JaggedTensor.from_list, _mark_symbolic, backend="inductor", backward=False,
+                            compiler=subclass_kit.compile) == 1
 
 
 def test_softmax_and_sum_compile_once_with_gradients_into_a_jagged_leaf():
