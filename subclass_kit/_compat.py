@@ -371,6 +371,12 @@ def is_fake(t) -> bool:
     return bool(_is_fake(t))
 
 
+def mark_dynamic(t: torch.Tensor, dims) -> None:
+    """torch's own ``torch._dynamo.mark_dynamic`` (the bench marks NJT and plain tensors as
+    torch's docs say; kit wrappers go through ``symbolic.mark_dynamic``)."""
+    torch._dynamo.mark_dynamic(t, dims)
+
+
 def compile_counter(backend: str):
     """dynamo's counting backend wrapper (``.frame_count`` = number of compiled frames)."""
     from torch._dynamo.testing import CompileCounterWithBackend

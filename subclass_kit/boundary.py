@@ -7,7 +7,8 @@ subclass wrapping, and building the output wrappers. The boundary does the guard
 tensors, and rebuilds the outputs with the class's ``make`` (see ``_boundary_trace.py``).
 
 Calls it cannot serve go to plain ``torch.compile(fn)``, transparently: inputs that take part
-in autograd, tensor subclasses that are not the kit's, ``explain`` says which.
+in autograd, tensor subclasses that are not the kit's, ``explain`` says which. Arguments with
+dims marked dynamic are served by one body for every size (``_boundary_dynamic.py``).
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def compile(fn_or_module: Callable | torch.nn.Module, /, *, backend: Any = "indu
     Args:
         fn_or_module: a function or an ``nn.Module``.
         backend, fullgraph, mode, options: as ``torch.compile`` (``dynamic=`` is not taken:
-            the boundary compiles each signature with static shapes).
+            unmarked arguments compile each layout with static shapes; arguments with dims
+            marked dynamic share one body for every size, see ``_boundary_dynamic``).
         limit: at most this many artifacts (default ``torch._dynamo.config.recompile_limit``).
 
     Returns:
@@ -325,7 +327,8 @@ class Boundary:
         reason = autograd_reason(checked2, names) if _grad_on() else None
         if reason is None:
             reason = dynamic_reason(checked2, names, n_args)
-        free, carry = 0, ()
+        free = 0
+        carry: tuple = ()
         if reason is None and marked(checked2[:n_args]):
             # Dims marked dynamic: one body for every size (see _boundary_dynamic).
             free = n_args

@@ -65,23 +65,26 @@ def _mark(kit, njt, padded, mask) -> None:
     """Each batch marked as a sweep of batches needs it (docs/ragged.md, "Marking")."""
     import symbolic
 
+    from .. import _compat
+
     symbolic.mark_dynamic(kit, [0, 1])
-    torch._dynamo.mark_dynamic(njt, 0)
-    torch._dynamo.mark_dynamic(njt._offsets, 0)
-    torch._dynamo.mark_dynamic(padded, [0, 1])
-    torch._dynamo.mark_dynamic(mask, [0, 1])
+    _compat.mark_dynamic(njt, 0)
+    _compat.mark_dynamic(njt._offsets, 0)  # NJT's batch dim follows its offsets
+    _compat.mark_dynamic(padded, [0, 1])
+    _compat.mark_dynamic(mask, [0, 1])
 
 
 def _calls(model, dense, batches, *, compiled: bool):
     import subclass_kit
-    from torch._dynamo.testing import CompileCounterWithBackend
+
+    from .. import _compat
 
     counters: list = []
 
     def comp(fn, compiler=torch.compile):
         if not compiled:
             return fn
-        counters.append(CompileCounterWithBackend("inductor"))
+        counters.append(_compat.compile_counter("inductor"))
         return compiler(fn, backend=counters[-1], fullgraph=True)
 
     fk, fn, fd = comp(model), comp(model), comp(dense)
@@ -93,7 +96,7 @@ def _calls(model, dense, batches, *, compiled: bool):
         with torch.no_grad():
             for got in (fk(kit), fn(njt), fd(padded, mask), *([fb(kit)] if fb is not None else ())):
                 torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    if any(c.frame_count != 1 for c in counters) or getattr(fb, "fallback_calls", 0):
+    if any(c.frame_count != 1 for c in counters) or (fb is not None and fb.fallback_calls):
         raise RuntimeError(f"jagged bench: a compiled implementation recompiled or fell back over the sweep "
                            f"(compiles {[c.frame_count for c in counters]}); it would not be timed on one graph")
     kit, njt, padded, mask = batches[0]
