@@ -319,10 +319,11 @@ def record_from(leaves: list, spec: Any, rebuilt: list, sized: bool = False) -> 
                 return ("in", k, kids)
         size, stride = tuple(v.shape), tuple(v.stride())
         offset = v.storage_offset()
-        if type(offset) is not int or (not sized and any(type(s) is not int for s in size + stride)):
-            unsafe.append(f"{where} has a symbolic size {size}")
-        elif any(type(s) is not int for s in size + stride):
-            size, stride = j, j  # the body's j-th (size, stride)
+        if any(type(s) is not int for s in (*size, *stride, offset)):
+            if sized:  # the body's j-th (size, stride); the offset by the class's unflatten rule
+                size, stride, offset = j, j, None
+            else:
+                unsafe.append(f"{where} has a symbolic size {size}")
         mine = _plain_storages(v, set())
         alias = [k for k, s in enumerate(inputs) if mine & s]
         if alias:
@@ -358,9 +359,10 @@ def _rebuild(dd, flat: tuple, i: int, inputs: list, sizes: tuple = ()) -> tuple[
         else:
             x, i = _rebuild(k, flat, i, inputs, sizes)
             inners.append(x)
-    if type(size) is int:  # read from the body's sizes (a sized record)
+    if type(size) is int:  # read from the body's sizes (a sized record), as AOTAutograd rebuilds
         size, stride = sizes[size]
-    if type(size[0] if size else 0) is not int:  # symbolic (recorded as unsafe): torch's own rule
+        out = cls.__tensor_unflatten__(dict(zip(cls.__kit__.inner_names, inners)), ctx, size, stride)
+    elif type(size[0] if size else 0) is not int:  # symbolic (recorded as unsafe): torch's own rule
         out = cls.__tensor_unflatten__(dict(zip(cls.__kit__.inner_names, inners)), ctx, None, None)
     else:
         out = cls.__kit__.make(tuple(inners), ctx, size, stride, offset)

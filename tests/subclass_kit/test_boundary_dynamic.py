@@ -10,7 +10,7 @@ import torch
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import subclass_kit
-from kit_helpers.compiling import assert_same
+from kit_helpers.compiling import assert_same, storage_id
 from subclass_kit.examples import ScaledTensor, TwoTensor
 
 
@@ -74,6 +74,23 @@ def test_a_size_outside_dynamos_guards_recompiles_never_stale():
         x1, y1 = _two(1, 3), torch.randn(1, 3)  # size 1: dynamo specializes it, apart
         assert_same(f(x1, y1), _fn(x1, y1))
     assert cnt.frame_count == 3 and f.fallback_calls == 0 and len(f) == 1
+
+
+def test_views_with_a_symbolic_offset_keep_their_layout_and_aliasing():
+    def views(x):
+        return x[1:], x.t()[1:]
+
+    cnt = CompileCounterWithBackend("aot_eager")
+    f = subclass_kit.compile(views, backend=cnt, fullgraph=True)
+    with torch.no_grad():
+        for n in (5, 7, 9):
+            x = _two(n, n + 2, seed=n)
+            torch._dynamo.mark_dynamic(x, [0, 1])
+            for got, want in zip(f(x), views(x)):
+                assert_same(got, want)
+                assert (got.stride(), got.storage_offset()) == (want.stride(), want.storage_offset())
+                assert storage_id(got) == storage_id(x) and storage_id(got.a) == storage_id(x.a)
+    assert cnt.frame_count == 1 and f.fallback_calls == 0
 
 
 def test_a_dtype_change_is_still_a_new_key():
