@@ -326,6 +326,12 @@ def record_from(leaves: list, spec: Any, rebuilt: list, sized: bool = False) -> 
                 unsafe.append(f"{where} has a symbolic size {size}")
         mine = _plain_storages(v, set())
         alias = [k for k, s in enumerate(inputs) if mine & s]
+        first = d[d[CTX_ATTR].present[0]] if d[CTX_ATTR].present else None
+        if alias and isinstance(first, _Tensor) and not isinstance(first, WrapperTensor) \
+                and not any(_compat.storage_ref(first) in s for s in inputs):
+            # New rows that share other inner tensors with an input (a jagged result keeps
+            # its input's offsets): a new wrapper, as the eager handler builds it, not a view.
+            alias = []
         if alias:
             needs[0] = True
             if len(alias) > 1 or not mine <= inputs[alias[0]]:

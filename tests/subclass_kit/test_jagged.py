@@ -263,6 +263,26 @@ def test_the_compile_boundary_compiles_once_for_a_batch_sweep(marking):
     assert _compiled_counts(JaggedTensor.from_list, MARKINGS[marking], compiler=subclass_kit.compile) == 1
 
 
+def test_a_jagged_result_through_the_boundary_is_a_new_wrapper_keeping_the_offsets():
+    # New packed rows beside the input's offsets: rebuilt as eager builds it (its own
+    # wrapper storage), not as a view of the input, and served by the boundary every time.
+    def fn(x):
+        return F.gelu(F.linear(x, _W.float(), _BIAS.float()))
+
+    cnt = CompileCounterWithBackend("aot_eager")
+    served = subclass_kit.compile(fn, backend=cnt, fullgraph=True)
+    with torch.no_grad():
+        for lengths in _batches(3):
+            x = JaggedTensor.from_list([p.detach().float() for p in _parts(lengths)])
+            _mark_symbolic(x)
+            got, want = served(x), fn(x)
+            assert type(got) is JaggedTensor and got.shape == want.shape
+            torch.testing.assert_close(got.packed, want.packed)
+            assert torch.equal(got.seq_offsets, x.seq_offsets)
+            assert got.untyped_storage()._cdata != x.untyped_storage()._cdata  # as eager: not a view
+    assert cnt.frame_count == 1 and served.fallback_calls == 0
+
+
 @pytest.mark.slow
 def test_the_compile_boundary_under_inductor_compiles_once():
     assert _compiled_counts(JaggedTensor.from_list, _mark_symbolic, backend="inductor", backward=False,
