@@ -43,8 +43,11 @@ _PLAIN_OPS = frozenset({
     "CALL_FUNCTION", "CALL_METHOD", "LOAD_GLOBAL", "LOAD_ATTR", "LOAD_METHOD",
 })
 _CALLS = frozenset({"CALL", "CALL_FUNCTION", "CALL_METHOD"})
-# Attributes the code may call: dynamo's pre-graph hooks, ``builtins.type``.
-_HOOKS = frozenset({"record_pregraph_bytecode_enter", "record_pregraph_bytecode_exit", "type"})
+# Attributes the code may call: dynamo's pre-graph hooks, ``builtins.type``, and the
+# accessors of ``torch._dynamo.utils`` that hand a graph with dynamic shapes its symbolic
+# sizes (``x.size(i)``: nothing a callback would see).
+_HOOKS = frozenset({"record_pregraph_bytecode_enter", "record_pregraph_bytecode_exit", "type",
+                    "call_size", "call_stride", "call_storage_offset"})
 # Attributes it may read: a module's own dicts; a class's dict, a property's getter and its
 # closure cells (how dynamo reaches a twin's child: ``type(m).__dict__[k].fget.__closure__``).
 _READS = frozenset({"_modules", "_parameters", "_buffers", "__dict__", "fget", "__closure__", "cell_contents"})
@@ -64,12 +67,22 @@ def _plain(code: types.CodeType, ns: dict) -> bool:
     if any(isinstance(c, types.CodeType) or callable(c) for c in code.co_consts):
         return False
     callees = calls = 0
-    for ins in dis.get_instructions(code):
+    ins_list = list(dis.get_instructions(code))
+    # Locals that hold an allowed callee (dynamo keeps ``call_size`` in a temporary and calls
+    # it once per symbolic size): stored right after the callee's load by ``COPY 1;
+    # STORE_FAST``, and never stored otherwise.
+    aliases: set = set()
+    alias_stores: set = set()
+    for k, ins in enumerate(ins_list):
         op, name = ins.opname, ins.argval
         if op not in _PLAIN_OPS:
             return False
         if op in _CALLS:
             calls += 1
+        elif op == "LOAD_FAST" and name in aliases:
+            callees += 1
+        elif op == "STORE_FAST" and name in aliases and k not in alias_stores:
+            return False
         elif op == "LOAD_GLOBAL":
             if name.startswith(_GRAPH):
                 callees += 1
@@ -79,6 +92,12 @@ def _plain(code: types.CodeType, ns: dict) -> bool:
         elif op == "LOAD_ATTR" or op == "LOAD_METHOD":
             if name in _HOOKS or (name in _DICT_METHODS and op == "LOAD_METHOD"):
                 callees += 1
+                nxt = ins_list[k + 1:k + 3]
+                if len(nxt) == 2 and (nxt[0].opname, nxt[0].arg, nxt[1].opname) == ("COPY", 1, "STORE_FAST"):
+                    if any(i.opname == "STORE_FAST" and i.argval == nxt[1].argval for i in ins_list[:k]):
+                        return False  # the local held something else before
+                    aliases.add(nxt[1].argval)
+                    alias_stores.add(k + 2)
             elif name not in _READS:
                 return False
     return calls <= callees

@@ -43,12 +43,14 @@ def autograd_reason(checked: list, names: list) -> str | None:
             "their inner tensors, which would take the wrapper's gradient)")
 
 
-def dynamic_reason(checked: list, names: list) -> str | None:
+def dynamic_reason(checked: list, names: list, start: int = 0) -> str | None:
+    """A module's wrapper parameter (``checked[start:]``) with dims marked dynamic, by name, or
+    None: the arguments' marks are served (``_boundary_dynamic``), the parameters' are not."""
     tensors = [n for kind, n in names if kind in _TENSOR_KINDS]
-    for t, where in zip(checked, tensors):
+    for t, where in zip(checked[start:], tensors[start:]):
         if _compat.has_dynamic_marks(t):
-            return (f"dynamic shapes: {where} has dims marked dynamic (the boundary compiles each "
-                    "layout with static shapes)")
+            return (f"dynamic shapes: {where} has dims marked dynamic (the boundary rebuilds a "
+                    "module's parameters with static shapes)")
     return None
 
 
@@ -65,9 +67,12 @@ def differs(e: Any, sig: list, names: list, checked: list) -> str | None:
     if len(sig) != len(e.full_sig):
         return f"the arguments differ in structure: {len(e.full_sig)} parts expected, got {len(sig)}"
     tensor_names = [n for kind, n in names if kind in _TENSOR_KINDS]
-    for where, lay, t in zip(tensor_names, e.layout, checked):
+    for k, (where, lay, t) in enumerate(zip(tensor_names, e.layout, checked)):
         now = (t.shape, t.stride(), t.dtype, t.device, t.requires_grad)
         for field, a, b in zip(_LAYOUT, lay, now):
+            if k < e.free and field in ("size()", "stride()"):
+                a, b = len(a), len(b)  # dynamic sizes: dynamo's guards check them, the rank stays
+                field = "dim()"
             if a != b:
                 a, b = (tuple(a), tuple(b)) if field == "size()" else (a, b)
                 return f"{where}.{field}: expected {a}, got {b}"
@@ -103,6 +108,7 @@ def explain_call(boundary: Any, args: tuple, kwargs: dict) -> list[str]:
             sig.append(k)
             names.append(("value", f"kwargs[{k!r}]"))
             walk(v, sig, checked, [], names, f"kwargs[{k!r}]")
+        n_args = len(checked)
         boundary._walk_params(sig, checked, [], names)
         hash(tuple(sig))
     except Unservable as u:
@@ -110,7 +116,7 @@ def explain_call(boundary: Any, args: tuple, kwargs: dict) -> list[str]:
     except TypeError as err:
         return [f"falls back to torch.compile: an argument is not hashable ({err})"]
     grad = _compat.is_grad_mode_on()
-    reason = (autograd_reason(checked, names) if grad else None) or dynamic_reason(checked, names)
+    reason = (autograd_reason(checked, names) if grad else None) or dynamic_reason(checked, names, n_args)
     entries = sorted((x for b in boundary._table.values() for x in b), key=lambda x: x.used)
     if not entries:
         return ["no artifact yet: the next call compiles" + (f" (no: falls back to torch.compile: {reason})" if reason else "")]

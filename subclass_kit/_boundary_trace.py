@@ -18,6 +18,7 @@ from typing import Any, Callable
 import torch
 
 from . import _compat
+from ._boundary_dynamic import Carried
 from .base import WrapperTensor
 from .ctx import CTX_ATTR
 
@@ -139,7 +140,11 @@ class _Source:
             inners = ", ".join("None" if k is None else self.expr(k) for k in kids)
             name = f"w{self.n_wrappers}"
             self.n_wrappers += 1
-            args = ", ".join(self.const(c) for c in (owner, fields, dtype, present, size, stride))
+            args = ", ".join(self.const(c) for c in (owner, fields, dtype, present))
+            if type(size) is Carried:  # read from a carrier input: dynamic sizes (_boundary_dynamic)
+                args += f", tuple(flat[{size.i}].shape), flat[{size.i}].stride()"
+            else:
+                args += f", {self.const(size)}, {self.const(stride)}"
             self.lines.append(f"    {name} = {self.const(rebuild)}(({inners},), {args})")
             if self.record:
                 self.lines.append(f"    rebuilt.append({name})")
@@ -178,6 +183,23 @@ def _flatten_leaf(leaf: Any, out: list) -> None:
         out.append(leaf)
 
 
+def _sizes_of(leaves: list) -> tuple:
+    """Traced by dynamo in a body with dynamic sizes: ``(size, stride)`` of every wrapper that
+    ``_flatten_leaf`` takes apart, inner ones first (``record_from``'s order): symbolic sizes
+    leave the graph as values, for ``finish`` to rebuild the outputs with."""
+    out: list = []
+    for leaf in leaves:
+        _size_of(leaf, out)
+    return tuple(out)
+
+
+def _size_of(v: Any, out: list) -> None:
+    if isinstance(v, WrapperTensor) and not v.requires_grad:
+        for x in _inner_tensors(v):
+            _size_of(x, out)
+        out.append((tuple(v.shape), tuple(v.stride())))
+
+
 def param_getters(recipes: list, holder: Any) -> list:
     """``get(self)`` per recipe: a wrapper parameter rebuilt (inside the trace) from
     ``holder``'s buffers ``t0, t1, ...`` by its ``walk`` recipe, ctx parts, size and stride as
@@ -195,14 +217,16 @@ def param_getters(recipes: list, holder: Any) -> list:
     return out
 
 
-def make_body(fn: Callable, arg_recipes: tuple, kw_recipes: tuple, on_record: Callable, name: str) -> Callable:
+def make_body(fn: Callable, arg_recipes: tuple, kw_recipes: tuple, on_record: Callable, name: str,
+              sized: bool = False) -> Callable:
     """The function ``torch.compile`` sees for one signature: plain tensors in, plain tensors out.
 
     Generated as source with the ctx parts, sizes and strides as literals, so dynamo guards
     the plain tensors and little else; named ``name``, so dynamo keeps its cache, its
     automatic-dynamic state and its recompiles per signature, as the boundary does. ``fn``
     is the function, or a module's twin (``_boundary_twins``: its wrapper parameters are
-    rebuilt from the boundary's holder of plain tensors by properties).
+    rebuilt from the boundary's holder of plain tensors by properties). ``sized``: the body
+    has dynamic sizes and returns ``(flat outputs, _sizes_of(leaves))``.
     """
     src = _Source()
     args = "(" + "".join(src.expr(r) + ", " for r in arg_recipes) + ")"
@@ -215,7 +239,7 @@ def make_body(fn: Callable, arg_recipes: tuple, kw_recipes: tuple, on_record: Ca
 
     ns = src.ns
     ns.update(_Tensor=_Tensor, _tree_flatten=_pytree.tree_flatten, _flatten_leaf=_flatten_leaf, _comptime=_compat.comptime(),
-              _hook=hook, _on_record=on_record, _is_compiling=torch.compiler.is_compiling)
+              _hook=hook, _on_record=on_record, _is_compiling=torch.compiler.is_compiling, _sizes_of=_sizes_of)
     text = "\n".join([
         f"def {name}(*flat):",
         "    rebuilt = []",
@@ -232,7 +256,7 @@ def make_body(fn: Callable, arg_recipes: tuple, kw_recipes: tuple, on_record: Ca
         "        _comptime(_hook)",
         "    else:  # dynamo ran this frame eagerly (a fallback of its own): record from the values",
         "        _on_record(list(leaves), spec, list(rebuilt))",
-        "    return tuple(result)",
+        "    return (tuple(result), _sizes_of(leaves))" if sized else "    return tuple(result)",
     ])
     exec(compile(text, f"<subclass_kit.compile {name}>", "exec"), ns)
     return ns[name]
@@ -241,14 +265,15 @@ def make_body(fn: Callable, arg_recipes: tuple, kw_recipes: tuple, on_record: Ca
 class Record:
     """How one traced body's flat outputs become the result (see ``record_from``)."""
 
-    __slots__ = ("spec", "descs", "slots", "unsafe", "needs_inputs", "finish")
+    __slots__ = ("spec", "descs", "slots", "unsafe", "needs_inputs", "sized", "finish")
 
-    def __init__(self, spec, descs, slots, unsafe, needs_inputs) -> None:
+    def __init__(self, spec, descs, slots, unsafe, needs_inputs, sized=False) -> None:
         self.spec = spec
         self.descs = descs
         self.slots = slots
         self.unsafe = unsafe
         self.needs_inputs = needs_inputs
+        self.sized = sized  # the body returns (flat, sizes): see make_body
         self.finish = finish_for(self)
 
     def __eq__(self, other: object) -> bool:
@@ -266,15 +291,17 @@ def _plain_storages(v, out: set) -> set:
     return out
 
 
-def record_from(leaves: list, spec: Any, rebuilt: list) -> Record:
+def record_from(leaves: list, spec: Any, rebuilt: list, sized: bool = False) -> Record:
     """The record of one trace: from the fake (or, untraced, real) leaves, the pytree spec
     (None: the result is one tensor) and the wrappers the body rebuilt from its inputs (in
-    ``walk``'s order)."""
+    ``walk``'s order). ``sized``: the body returns its wrappers' sizes (``_sizes_of``), so a
+    symbolic size is read from there (its number in the record) instead of recorded."""
     if spec is None:
         spec = _pytree.tree_structure(0)
     unsafe: list = []
     inputs = [_plain_storages(w, set()) for w in rebuilt]
     needs = [False]
+    n_sized = [0]  # wrappers seen, in _sizes_of's order
 
     def desc(v, where):
         if v is NotImplemented or not isinstance(v, _Tensor):
@@ -284,16 +311,27 @@ def record_from(leaves: list, spec: Any, rebuilt: list) -> Record:
         kit = type(v).__kit__
         d = v.__dict__
         kids = tuple(None if d.get(n) is None else desc(d[n], f"{where}.{n}") for n in kit.inner_names)
+        j = n_sized[0]
+        n_sized[0] += 1
         for k, w in enumerate(rebuilt):
             if v is w:  # the input itself, returned
                 needs[0] = True
                 return ("in", k, kids)
         size, stride = tuple(v.shape), tuple(v.stride())
         offset = v.storage_offset()
-        if any(type(s) is not int for s in size + stride) or type(offset) is not int:
-            unsafe.append(f"{where} has a symbolic size {size}")
+        if any(type(s) is not int for s in (*size, *stride, offset)):
+            if sized:  # the body's j-th (size, stride); the offset by the class's unflatten rule
+                size, stride, offset = j, j, None
+            else:
+                unsafe.append(f"{where} has a symbolic size {size}")
         mine = _plain_storages(v, set())
         alias = [k for k, s in enumerate(inputs) if mine & s]
+        first = d[d[CTX_ATTR].present[0]] if d[CTX_ATTR].present else None
+        if alias and isinstance(first, _Tensor) and not isinstance(first, WrapperTensor) \
+                and not any(_compat.storage_ref(first) in s for s in inputs):
+            # New rows that share other inner tensors with an input (a jagged result keeps
+            # its input's offsets): a new wrapper, as the eager handler builds it, not a view.
+            alias = []
         if alias:
             needs[0] = True
             if len(alias) > 1 or not mine <= inputs[alias[0]]:
@@ -302,7 +340,7 @@ def record_from(leaves: list, spec: Any, rebuilt: list) -> Record:
 
     descs = tuple(desc(v, f"output leaf {i}") for i, v in enumerate(leaves))
     slots = sum(_count(dd) for dd in descs)
-    return Record(spec, descs, slots, "; ".join(unsafe) or None, needs[0])
+    return Record(spec, descs, slots, "; ".join(unsafe) or None, needs[0], sized)
 
 
 def _count(dd) -> int:
@@ -313,7 +351,7 @@ def _count(dd) -> int:
     return 1
 
 
-def _rebuild(dd, flat: tuple, i: int, inputs: list) -> tuple[Any, int]:
+def _rebuild(dd, flat: tuple, i: int, inputs: list, sizes: tuple = ()) -> tuple[Any, int]:
     kind = dd[0]
     if kind == "t" or kind == "c":
         return flat[i], i + 1
@@ -325,9 +363,12 @@ def _rebuild(dd, flat: tuple, i: int, inputs: list) -> tuple[Any, int]:
         if k is None:
             inners.append(None)
         else:
-            x, i = _rebuild(k, flat, i, inputs)
+            x, i = _rebuild(k, flat, i, inputs, sizes)
             inners.append(x)
-    if type(size[0] if size else 0) is not int:  # symbolic (recorded as unsafe): torch's own rule
+    if type(size) is int:  # read from the body's sizes (a sized record), as AOTAutograd rebuilds
+        size, stride = sizes[size]
+        out = cls.__tensor_unflatten__(dict(zip(cls.__kit__.inner_names, inners)), ctx, size, stride)
+    elif type(size[0] if size else 0) is not int:  # symbolic (recorded as unsafe): torch's own rule
         out = cls.__tensor_unflatten__(dict(zip(cls.__kit__.inner_names, inners)), ctx, None, None)
     else:
         out = cls.__kit__.make(tuple(inners), ctx, size, stride, offset)
@@ -342,6 +383,19 @@ def finish_for(rec: Record) -> Callable[[tuple, list | None], Any]:
     """``finish(flat, inputs)``: the result from the body's flat outputs. The common case (one
     wrapper of plain inner tensors, nothing aliased) is the class's ``parts_builder``."""
     descs, spec = rec.descs, rec.spec
+    if rec.sized:
+        if spec.is_leaf() and len(descs) == 1 and descs[0][0] in ("t", "c"):
+            return lambda out, inputs: out[0][0]
+
+        def finish_sized(out, inputs):
+            flat, sizes = out
+            res, i = [], 0
+            for dd in descs:
+                v, i = _rebuild(dd, flat, i, inputs or [], sizes)
+                res.append(v)
+            return _pytree.tree_unflatten(res, spec)
+
+        return finish_sized
     if spec.is_leaf() and len(descs) == 1:
         dd = descs[0]
         if dd[0] == "w" and dd[7] is None and all(k is not None and k[0] == "t" for k in dd[6]) \

@@ -371,6 +371,12 @@ def is_fake(t) -> bool:
     return bool(_is_fake(t))
 
 
+def mark_dynamic(t: torch.Tensor, dims) -> None:
+    """torch's own ``torch._dynamo.mark_dynamic`` (the bench marks NJT and plain tensors as
+    torch's docs say; kit wrappers go through ``symbolic.mark_dynamic``)."""
+    torch._dynamo.mark_dynamic(t, dims)
+
+
 def compile_counter(backend: str):
     """dynamo's counting backend wrapper (``.frame_count`` = number of compiled frames)."""
     from torch._dynamo.testing import CompileCounterWithBackend
@@ -1004,14 +1010,16 @@ def recompile_limit() -> int:
 # ---- the compile boundary (boundary.py, _boundary_trace.py) ----------------------------------
 
 
-def tensor_guard(tensors: list):
+def tensor_guard(tensors: list, free: int = 0):
     """dynamo's C++ TENSOR_MATCH over ``tensors``, every size and stride static: an object
     whose ``check(*tensors)`` is True when each has the recorded type, dispatch keys, dtype,
-    device, requires_grad, sizes and strides."""
+    device, requires_grad, sizes and strides. The first ``free`` tensors' sizes and strides
+    are not checked (their rank is)."""
     from torch._C._dynamo.guards import TensorGuards
 
-    sizes: Any = [list(t.shape) for t in tensors]  # per tensor, per dim (torch's stub says flat)
-    strides: Any = [list(t.stride()) for t in tensors]
+    # per tensor, per dim (torch's stub says flat); None: any value
+    sizes: Any = [[None] * t.dim() if i < free else list(t.shape) for i, t in enumerate(tensors)]
+    strides: Any = [[None] * t.dim() if i < free else list(t.stride()) for i, t in enumerate(tensors)]
     return TensorGuards(*tensors, dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
 
 

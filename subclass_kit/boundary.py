@@ -7,7 +7,8 @@ subclass wrapping, and building the output wrappers. The boundary does the guard
 tensors, and rebuilds the outputs with the class's ``make`` (see ``_boundary_trace.py``).
 
 Calls it cannot serve go to plain ``torch.compile(fn)``, transparently: inputs that take part
-in autograd, tensor subclasses that are not the kit's, ``explain`` says which.
+in autograd, tensor subclasses that are not the kit's, ``explain`` says which. Arguments with
+dims marked dynamic are served by one body for every size (``_boundary_dynamic.py``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from guards.errors import DispatcherLimitWarning
 
 from . import _compat
 from ._boundary_direct import through_dynamo
+from ._boundary_dynamic import carried_recipes, carrier as _carrier, marked
 from ._boundary_explain import autograd_reason, dynamic_reason, explain_call, wrapped_requiring_grad
 from ._boundary_trace import (PLAIN as _PLAIN, Record, Unservable, collect, identity_check, make_body, param_getters,
                                record_from, walk)
@@ -56,7 +58,8 @@ def compile(fn_or_module: Callable | torch.nn.Module, /, *, backend: Any = "indu
     Args:
         fn_or_module: a function or an ``nn.Module``.
         backend, fullgraph, mode, options: as ``torch.compile`` (``dynamic=`` is not taken:
-            the boundary compiles each signature with static shapes).
+            unmarked arguments compile each layout with static shapes; arguments with dims
+            marked dynamic share one body for every size, see ``_boundary_dynamic``).
         limit: at most this many artifacts (default ``torch._dynamo.config.recompile_limit``).
 
     Returns:
@@ -81,13 +84,17 @@ class _Entry:
     """One signature and layout: its compiled body (or the reason it falls back)."""
 
     __slots__ = ("sig", "full_sig", "layout", "check", "grad", "compiled", "direct", "record", "reason", "hits",
-                 "used")
+                 "used", "free", "carry")
 
-    def __init__(self, sig, full_sig, full_checked, checked, grad, compiled, reason) -> None:
+    def __init__(self, sig, full_sig, full_checked, checked, grad, compiled, reason, free=0, carry=()) -> None:
         self.sig = sig  # the table's key (a module's parameters by their plan's number)
         self.full_sig = full_sig  # every part, for explain
         self.layout = [(t.shape, t.stride(), t.dtype, t.device, t.requires_grad) for t in full_checked]
-        self.check = _compat.tensor_guard(checked).check
+        #: the first ``free`` checked tensors (the arguments') have dynamic sizes: dynamo's guards check them
+        self.free = free
+        self.check = _compat.tensor_guard(checked, free).check
+        #: the checked wrappers whose carriers follow the flat inputs (_boundary_dynamic)
+        self.carry = carry
         #: None: serves in either grad mode; True/False: only in that one
         self.grad = grad
         self.compiled = compiled
@@ -258,6 +265,8 @@ class Boundary:
                     e.used = next(self._clock)
                     if e.compiled is None:
                         return self._run_fallback(args, kwargs)
+                    if e.carry:
+                        flat += [_carrier(checked[i]) for i in e.carry]
                     d = e.direct
                     if d is not None and d.runs and _idle() and d.codes[0] in _LIVE:
                         ft = tuple(flat)
@@ -276,10 +285,10 @@ class Boundary:
                     return self._finish(e, out, args, kwargs)
         return self._miss(key, checked, flat, args, kwargs)
 
-    def _serve(self, e: _Entry, flat: list, args: tuple, kwargs: dict) -> Any:
+    def _serve(self, e: _Entry, flat: list, checked: list, args: tuple, kwargs: dict) -> Any:
         if e.compiled is None:
             return self._run_fallback(args, kwargs)
-        return self._finish(e, through_dynamo(e, flat), args, kwargs)
+        return self._finish(e, through_dynamo(e, flat + [_carrier(checked[i]) for i in e.carry]), args, kwargs)
 
 
     def _finish(self, e: _Entry, out: tuple, args: tuple, kwargs: dict) -> Any:
@@ -313,10 +322,20 @@ class Boundary:
             sig2.append(k)
             names.append(("value", f"kwargs[{k!r}]"))
             kw_recipes.append((k, walk(v, sig2, checked2, flat2, names, f"kwargs[{k!r}]")))
+        n_args = len(checked2)
         self._walk_params(sig2, checked2, flat2, names)
         reason = autograd_reason(checked2, names) if _grad_on() else None
         if reason is None:
-            reason = dynamic_reason(checked2, names)
+            reason = dynamic_reason(checked2, names, n_args)
+        free = 0
+        carry: tuple = ()
+        if reason is None and marked(checked2[:n_args]):
+            # Dims marked dynamic: one body for every size (see _boundary_dynamic).
+            free = n_args
+            carry = tuple(i for i, t in enumerate(checked2[:n_args]) if isinstance(t, WrapperTensor))
+            every, _ = carried_recipes((*arg_recipes, *(r for _, r in kw_recipes)), len(flat))
+            arg_recipes, kw_recipes = every[:len(arg_recipes)], [(k, r) for (k, _), r in
+                                                                 zip(kw_recipes, every[len(arg_recipes):])]
         grad = None
         if reason is None and wrapped_requiring_grad(checked2, names) is not None:
             grad = False  # wrappers requiring grad, served under no_grad only
@@ -329,14 +348,14 @@ class Boundary:
                                      [tuple(t.shape) for t in checked])).encode()).hexdigest()[:10]
             entry_box: list = []
             body = make_body(self._twin, arg_recipes, tuple(kw_recipes), lambda *a: _on_record(entry_box[0], *a),
-                             f"boundary_{tag}")
+                             f"boundary_{tag}", sized=free > 0)
             compiled = torch.compile(body, **self._opts)
-        e = _Entry(key, tuple(sig2), checked2, checked, grad, compiled, reason)
+        e = _Entry(key, tuple(sig2), checked2, checked, grad, compiled, reason, free, carry)
         if compiled is not None:
             entry_box.append(e)
         self._add(e)
         e.hits, e.used = 0, next(self._clock)
-        return self._serve(e, flat, args, kwargs)
+        return self._serve(e, flat, checked, args, kwargs)
 
     def _add(self, e: _Entry) -> None:
         if len(self) >= self.limit:
@@ -371,7 +390,7 @@ class Boundary:
             checked += self._param_outer
         for e in self._table.get(tuple(sig), ()):
             if e.compiled is not None and e.check(*checked):
-                return e.compiled, flat
+                return e.compiled, flat + [_carrier(checked[i]) for i in e.carry]
         raise LookupError("no compiled body serves these arguments yet: call the boundary with them first")
 
     def _run_fallback(self, args: tuple, kwargs: dict) -> Any:
@@ -416,7 +435,7 @@ def _qual(fn: Any) -> str:
 
 
 def _on_record(e: _Entry, leaves: list, spec: Any, rebuilt: list) -> None:
-    rec = record_from(leaves, spec, rebuilt)
+    rec = record_from(leaves, spec, rebuilt, sized=e.free > 0)
     if e.record is not None and e.record != rec:
         # dynamo traced this body again (something outside the arguments changed) and the
         # output differs: an older trace could be served with the wrong record from now on.

@@ -5,6 +5,12 @@ dense: NJT's ``mean(dim=1)`` has no backward in torch 2.13, so NJT has no backwa
 
 The batch: B sequences of 5-200 tokens each; dense pads them to the longest and masks the
 mean. Each implementation is checked against dense before it is timed.
+
+Compiled, every implementation is marked dynamic as a batch sweep needs (the kit's with
+``symbolic.mark_dynamic``, NJT's batch dim and offsets with torch's ``mark_dynamic``, the
+padded batch's B and max_len) and must serve a second batch of other sizes without
+recompiling before it is timed: each is timed on the graph a sweep runs. The kit has two
+compiled rows: ``torch.compile`` and its own boundary, ``subclass_kit.compile``.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ import torch.nn.functional as F
 
 __all__ = ["run"]
 
-_KINDS = {"torch NJT": "torch", "kit JaggedTensor": "kit", "padded dense": "plain"}
+BOUNDARY = "kit JaggedTensor subclass_kit.compile"
+_KINDS = {"torch NJT": "torch", "kit JaggedTensor": "kit", BOUNDARY: "kit", "padded dense": "plain"}
 NJT_BACKWARD = "NJT: no backward (torch 2.13 has no derivative for mean(dim=1) on a jagged NestedTensor)"
 
 
@@ -54,26 +61,60 @@ def _batch(b: int, d: int, seed: int):
     return kit, njt, padded, mask
 
 
-def _calls(model, dense, kit, njt, padded, mask, *, compiled: bool):
-    def comp(fn):
-        return torch.compile(fn, backend="inductor", fullgraph=True) if compiled else fn
+def _mark(kit, njt, padded, mask) -> None:
+    """Each batch marked as a sweep of batches needs it (docs/ragged.md, "Marking")."""
+    import symbolic
+
+    from .. import _compat
+
+    symbolic.mark_dynamic(kit, [0, 1])
+    _compat.mark_dynamic(njt, 0)
+    _compat.mark_dynamic(njt._offsets, 0)  # NJT's batch dim follows its offsets
+    _compat.mark_dynamic(padded, [0, 1])
+    _compat.mark_dynamic(mask, [0, 1])
+
+
+def _calls(model, dense, batches, *, compiled: bool):
+    import subclass_kit
+
+    from .. import _compat
+
+    counters: list = []
+
+    def comp(fn, compiler=torch.compile):
+        if not compiled:
+            return fn
+        counters.append(_compat.compile_counter("inductor"))
+        return compiler(fn, backend=counters[-1], fullgraph=True)
 
     fk, fn, fd = comp(model), comp(model), comp(dense)
-    want = dense(padded, mask)
-    with torch.no_grad():
-        for got in (fk(kit), fn(njt), fd(padded, mask)):
-            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    fb = comp(model, subclass_kit.compile) if compiled else None
+    for kit, njt, padded, mask in batches if compiled else batches[:1]:
+        if compiled:
+            _mark(kit, njt, padded, mask)
+        want = dense(padded, mask)
+        with torch.no_grad():
+            for got in (fk(kit), fn(njt), fd(padded, mask), *([fb(kit)] if fb is not None else ())):
+                torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    if any(c.frame_count != 1 for c in counters) or (fb is not None and fb.fallback_calls):
+        raise RuntimeError(f"jagged bench: a compiled implementation recompiled or fell back over the sweep "
+                           f"(compiles {[c.frame_count for c in counters]}); it would not be timed on one graph")
+    kit, njt, padded, mask = batches[0]
     forward = {
         "torch NJT": lambda: fn(njt),
         "kit JaggedTensor": lambda: fk(kit),
         "padded dense": lambda: fd(padded, mask),
     }
+    if fb is not None:
+        forward[BOUNDARY] = lambda: fb(kit)
     params = list(model.parameters())
 
     def step(out):
         return torch.autograd.grad(out.sum(), params)
 
     backward = {"kit JaggedTensor": lambda: step(fk(kit)), "padded dense": lambda: step(fd(padded, mask))}
+    if fb is not None:  # the weights require grad, the input does not: the boundary serves it
+        backward[BOUNDARY] = lambda: step(fb(kit))
     for f in backward.values():
         f()  # compile the backward too before timing
     return forward, backward
@@ -98,12 +139,14 @@ def run(quick: bool = False) -> list[dict]:
         torch.manual_seed(0)
         model = _Model(d, hidden)
         dense = _Dense(model)
-        kit, njt, padded, mask = _batch(b, d, seed=0)
         case = f"B={b} D={d} H={hidden}, 5-200 tokens/seq"
         rows = []
         for compiled in ((False,) if quick else (False, True)):
             mode = "inductor" if compiled else "eager"
-            forward, backward = _calls(model, dense, kit, njt, padded, mask, compiled=compiled)
+            # Timed on the first batch; compiled, the second (B - 1 sequences, other lengths)
+            # checks that one graph serves both.
+            batches = [_batch(b, d, seed=0), _batch(b - 1, d, seed=1)]
+            forward, backward = _calls(model, dense, batches, compiled=compiled)
             with torch.no_grad():
                 res, ratios = interleaved(forward, rounds=rounds, reference="torch NJT", min_run_time=min_run_time)
             rows += _with(ratio_rows(f"jagged {mode} forward", case, res, reference="torch NJT", kinds=_KINDS), ratios)

@@ -178,17 +178,6 @@ def test_foreign_and_unhashable_arguments_fall_back():
         "(torch.compile takes it as it is)"]
 
 
-def test_dims_marked_dynamic_fall_back():
-    f, cnt = _counted(lambda x: x * 2)
-    x = _two(4, 3)
-    torch._dynamo.mark_dynamic(x, 0)
-    with torch.no_grad():
-        assert_same(f(x), x * 2)
-    assert f.fallback_calls == 1
-    assert f.explain(x) == ["artifact 0: accepts, falls back to torch.compile: dynamic shapes: args[0] has "
-                            "dims marked dynamic (the boundary compiles each layout with static shapes)"]
-
-
 def test_limit_evicts_the_least_recently_used():
     f, _ = _counted(lambda x: x + 1, limit=2)
     with torch.no_grad(), pytest.warns(Warning, match="limit of 2"):

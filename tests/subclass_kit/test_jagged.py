@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch._dynamo.testing import CompileCounterWithBackend
 
+import subclass_kit
 import symbolic
 from subclass_kit.examples import JaggedTensor
 from subclass_kit.examples.jagged import JaggedLayoutError
@@ -205,10 +206,10 @@ def _marks_free_dims(mark) -> bool:
     return 0 in symbolic.marks(x).inner.get("packed", {})
 
 
-def _compiled_counts(build, mark, backend="aot_eager", *, backward=True):
+def _compiled_counts(build, mark, backend="aot_eager", *, backward=True, compiler=torch.compile):
     model = _Model()
     cnt = CompileCounterWithBackend(backend)
-    compiled = torch.compile(model, backend=cnt, fullgraph=True)
+    compiled = compiler(model, backend=cnt, fullgraph=True)
     for lengths in _batches():
         parts = [p.detach().float() for p in _parts(lengths)]
         x = build(parts)
@@ -220,6 +221,7 @@ def _compiled_counts(build, mark, backend="aot_eager", *, backward=True):
         if backward:
             for a, b in zip(_model_grads(model, got), _model_grads(model, want)):
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert getattr(compiled, "fallback_calls", 0) == 0  # the boundary served every batch itself
     return cnt.frame_count
 
 
@@ -252,6 +254,39 @@ def test_njt_anchor_counts(marking):
 @pytest.mark.slow
 def test_inductor_one_compile_values_and_gradients():
     assert _compiled_counts(JaggedTensor.from_list, _mark_kit, backend="inductor") == 1
+
+
+def test_the_compile_boundary_compiles_once_for_a_batch_sweep():
+    # subclass_kit.compile: the model's body takes the plain inner tensors and a carrier of
+    # each batch's outer size; one body serves every batch (gradients into the weights too).
+    # torch's mark_dynamic sets the same marks (test_one_compile_for_a_batch_sweep).
+    assert _compiled_counts(JaggedTensor.from_list, _mark_symbolic, compiler=subclass_kit.compile) == 1
+
+
+def test_a_jagged_result_through_the_boundary_is_a_new_wrapper_keeping_the_offsets():
+    # New packed rows beside the input's offsets: rebuilt as eager builds it (its own
+    # wrapper storage), not as a view of the input, and served by the boundary every time.
+    def fn(x):
+        return F.gelu(F.linear(x, _W.float(), _BIAS.float()))
+
+    cnt = CompileCounterWithBackend("aot_eager")
+    served = subclass_kit.compile(fn, backend=cnt, fullgraph=True)
+    with torch.no_grad():
+        for lengths in _batches(2):
+            x = JaggedTensor.from_list([p.detach().float() for p in _parts(lengths)])
+            _mark_symbolic(x)
+            got, want = served(x), fn(x)
+            assert type(got) is JaggedTensor and got.shape == want.shape
+            torch.testing.assert_close(got.packed, want.packed)
+            assert torch.equal(got.seq_offsets, x.seq_offsets)
+            assert got.untyped_storage()._cdata != x.untyped_storage()._cdata  # as eager: not a view
+    assert cnt.frame_count == 1 and served.fallback_calls == 0
+
+
+@pytest.mark.slow
+def test_the_compile_boundary_under_inductor_compiles_once():
+    assert _compiled_counts(JaggedTensor.from_list, _mark_symbolic, backend="inductor", backward=False,
+                            compiler=subclass_kit.compile) == 1
 
 
 def test_softmax_and_sum_compile_once_with_gradients_into_a_jagged_leaf():
