@@ -76,6 +76,10 @@ class _GatherBucket(torch.autograd.Function):
     # one ``split``; a parameter adds a view at most (and a pad or slice if unevenly sharded).
     @staticmethod
     def forward(ctx, b: Bucket, *params):
+        # Checked here, not in gather_bucket: torch.compile runs this on fake tensors instead
+        # of interpreting it bytecode by bytecode.
+        if not all(isinstance(p, ShardedTensor) for p in params):
+            raise TypeError(f"gather_bucket: every parameter must be a ShardedTensor, got {[type(p).__name__ for p in params]}")
         ctx.b = b
         ctx.specs = [(spec(p), p.shape, p.stride(), p.dtype) for p in params]
         # This rank's coordinate on the data-parallel mesh (a parameter may be stored on a
@@ -160,6 +164,4 @@ def gather_bucket(b: Bucket, params: list) -> tuple:
         >>> [t.shape for t in gather_bucket(Bucket(m, ((3, 2),), 0), [w])]
         [torch.Size([3, 2])]
     """
-    if not all(isinstance(p, ShardedTensor) for p in params):
-        raise TypeError(f"gather_bucket: every parameter must be a ShardedTensor, got {[type(p).__name__ for p in params]}")
     return _gather(b, *params)
