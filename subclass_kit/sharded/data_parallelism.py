@@ -45,7 +45,7 @@ from .mesh import MeshLike, MeshRef, mesh_ref
 from ._dp_bucket import Bucket, gather_bucket
 from ._layout import contiguous_strides
 from .placements import Partial, Placement, Replicate, Shard, _StridedShard
-from .tensor import ShardedTensor
+from .tensor import ShardedTensor, _from_local
 
 __all__ = ["MixedPrecisionPolicy", "data_parallel", "MODES"]
 
@@ -136,8 +136,9 @@ def _unit_forward(self: nn.Module, *args, **kwargs):
     outs = gather_bucket(u.bucket, [m._parameters[n] for m, n in u.sources])
     if u.tp:
         outs = list(outs)
-        for i, tp in u.tp:
-            outs[i] = from_local(outs[i], tp[0], tp[1], shape=tp[2], stride=tp[3])
+        for i, (tp_mesh, tp_placements, shape, stride) in u.tp:
+            # The graph function itself: from_local's argument handling is constant here.
+            outs[i] = _from_local(outs[i], tp_mesh, tp_placements, shape, stride, False)
     u.live = outs
     try:
         return u.base_forward(self, *args, **kwargs)
