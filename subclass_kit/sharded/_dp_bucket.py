@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -101,7 +102,8 @@ class _GatherBucket(torch.autograd.Function):
             flat = waited(_coll.all_gather_tensor(flat, 0, b.mesh.group_names[b.shard_dim]))
         # (k, total): rank i's row holds every parameter's i-th chunk; one op cuts each
         # parameter's columns out (contiguous), a view stacks its chunks back into dim 0.
-        pieces = torch.split_with_sizes_copy(flat, [r * e for r, e in sizes], dim=1)
+        # (torch's stub types the out= form only: it returns the pieces)
+        pieces: Any = torch.split_with_sizes_copy(flat, [r * e for r, e in sizes], dim=1)  # type: ignore[func-returns-value]
         fulls = []
         for piece, p, shape, (r, _) in zip(pieces, params, b.shapes, sizes):
             full = piece.view(k * r, *shape[1:])

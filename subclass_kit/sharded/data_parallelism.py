@@ -106,9 +106,9 @@ def _replicate_compute(module: nn.Module, name: str):
 
 def _parametrized(name: str) -> property:
     def get(self: nn.Module) -> torch.Tensor:
-        live = self._kit_owner.live
+        live = self._kit_owner.live  # type: ignore[union-attr]
         if live is not None:  # gathered with its unit's other parameters (see _unit_forward)
-            return live[self._kit_slots[name]]
+            return live[self._kit_slots[name]]  # type: ignore[index]
         return _replicate_compute(self, name)
 
     return property(get)
@@ -133,7 +133,7 @@ class _Unit:
 
 def _unit_forward(self: nn.Module, *args, **kwargs):
     u: _Unit = self._kit_unit  # type: ignore[assignment]
-    outs = gather_bucket(u.bucket, [m._parameters[n] for m, n in u.sources])
+    outs: Any = gather_bucket(u.bucket, [m._parameters[n] for m, n in u.sources])
     if u.tp:
         outs = list(outs)
         for i, (tp_mesh, tp_placements, shape, stride) in u.tp:
