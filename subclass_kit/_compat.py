@@ -874,6 +874,15 @@ def decomposition(func):
 
     return decomposition_table.get(func)
 
+def chunk_cat(tensors: list, dim: int, num_chunks: int) -> torch.Tensor:
+    """aten's ``_chunk_cat`` (FSDP2's copy-in): each tensor padded along ``dim`` to a multiple of
+    ``num_chunks``, cut into ``num_chunks`` chunks, and chunk ``i`` of every tensor flattened
+    into row ``i`` of the result (shape ``(num_chunks, total)`` for ``dim=0``): one op in a
+    traced graph, where a pad, a reshape and a cat per tensor would be several. Every tensor
+    must be non-empty and of one dtype."""
+    return torch._chunk_cat(tensors, dim, num_chunks)
+
+
 def chunked_linear_cross_entropy():
     """torch's chunked ``F.linear_cross_entropy`` op with a scalar reduction (a custom op,
     ``torch_nn::_linear_cross_entropy_batch_chunked``, registered when its module is

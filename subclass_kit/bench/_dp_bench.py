@@ -12,7 +12,8 @@ reductions, AdamW) and the first step (dominated by the compile).
 Each round runs in a fresh world (forked from a server that has imported torch) that first
 compiles and trains the dense model once (torch's one-time costs are paid by no
 implementation), then per mode compiles the kit's model and DTensor's (the first step of
-each: its compile; which goes first alternates by mode and round), then alternates their
+each: its compile, from an empty fake-op cache and a collected heap; which goes first
+alternates by mode and round), then alternates their
 steps, so that load from other processes hits both alike. One world per round measures
 every mode (quick: one world in all). A row's time is its fastest round; its ratio the
 median over rounds of the round's median per-step ratio (kit / DTensor, steps taken back to
@@ -25,6 +26,7 @@ Every row carries the loss difference to the dense model (``max_loss_diff_vs_den
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import statistics
 import sys
@@ -221,13 +223,16 @@ def _measure_mode(s: dict, backend: str, mode: str, order: tuple, ref: list) -> 
     out: dict[str, Any] = {}
     _compat.dynamo_reset()  # each mode compiles afresh (the dense warm-up's torch costs stay paid)
     for impl in order:
-        # Neither compile reuses the other's cached fake ops (the same shapes): no order bias.
+        # Neither compile reuses the other's cached fake ops (the same shapes), nor collects
+        # the other's garbage mid-compile: no order bias. (The two compile different frames,
+        # so the first's dynamo cache entries are not in the second's way.)
         _compat.clear_fake_tensor_cache()
         try:
             model, dp_mesh = _build(impl, mode, s["dim"], s["layers"])
             coord = dp_mesh.get_coordinate()
             idx = coord[0] * (dp_mesh.shape[1] if len(coord) == 2 else 1) + (coord[1] if len(coord) == 2 else 0)
             trainers[impl] = _Trainer(model, idx, dp_mesh.size(), s["batch"], s["seq"], backend)
+            gc.collect()
             trainers[impl].step()
         except Exception as e:  # noqa: BLE001 - the row reports why
             out[impl] = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:200]}

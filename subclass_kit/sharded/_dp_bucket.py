@@ -19,8 +19,10 @@ each parameter's stored layout.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -69,8 +71,16 @@ def _pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
 
 
 class _GatherBucket(torch.autograd.Function):
+    # Each step is one op for the whole bucket where it can be (the compile traces every op
+    # several times: dynamo's fake run, AOT's metadata pass and its joint trace): the copy-in
+    # is one ``_chunk_cat``, the copy-out one ``split_with_sizes_copy``, the gradients' cut
+    # one ``split``; a parameter adds a view at most (and a pad or slice if unevenly sharded).
     @staticmethod
     def forward(ctx, b: Bucket, *params):
+        # Checked here, not in gather_bucket: torch.compile runs this on fake tensors instead
+        # of interpreting it bytecode by bytecode.
+        if not all(isinstance(p, ShardedTensor) for p in params):
+            raise TypeError(f"gather_bucket: every parameter must be a ShardedTensor, got {[type(p).__name__ for p in params]}")
         ctx.b = b
         ctx.specs = [(spec(p), p.shape, p.stride(), p.dtype) for p in params]
         # This rank's coordinate on the data-parallel mesh (a parameter may be stored on a
@@ -81,17 +91,24 @@ class _GatherBucket(torch.autograd.Function):
             return tuple(p.local.view_as(p.local) if pd in (None, p.dtype) else p.local.to(pd) for p in params)
         k = b.mesh.shape[b.shard_dim]
         sizes = [_rows(s, k) for s in b.shapes]
-        flat = torch.cat([_pad_rows(p.local, r).reshape(-1) for p, (r, _) in zip(params, sizes)])
-        if pd is not None and flat.dtype != pd:
-            flat = flat.to(pd)
+        # The wire dtype: the policy's, else the parameters' (promoted if they differ, as cat).
+        wire = pd or functools.reduce(torch.promote_types, [p.dtype for p in params])
+        same = all(p.dtype == params[0].dtype for p in params)
+        locals_ = [_pad_rows(p.local if same else p.local.to(wire), r) for p, (r, _) in zip(params, sizes)]
+        flat = _compat.chunk_cat(locals_, 0, 1)  # (1, this rank's padded shards flattened)
+        if flat.dtype != wire:
+            flat = flat.to(wire)
         if k > 1:
             flat = waited(_coll.all_gather_tensor(flat, 0, b.mesh.group_names[b.shard_dim]))
-        out = flat.view(k, -1)
-        fulls, off = [], 0
-        for shape, (r, e) in zip(b.shapes, sizes):
-            full = out[:, off:off + r * e].reshape(k * r, *shape[1:])
-            fulls.append(full if k * r == shape[0] else full[:shape[0]])
-            off += r * e
+        # (k, total): rank i's row holds every parameter's i-th chunk; one op cuts each
+        # parameter's columns out (contiguous), a view stacks its chunks back into dim 0.
+        # (torch's stub types the out= form only: it returns the pieces)
+        pieces: Any = torch.split_with_sizes_copy(flat, [r * e for r, e in sizes], dim=1)  # type: ignore[func-returns-value]
+        fulls = []
+        for piece, p, shape, (r, _) in zip(pieces, params, b.shapes, sizes):
+            full = piece.view(k * r, *shape[1:])
+            full = full if k * r == shape[0] else full[:shape[0]]
+            fulls.append(full if pd is not None or full.dtype == p.dtype else full.to(p.dtype))
         return tuple(fulls)
 
     @staticmethod
@@ -99,8 +116,12 @@ class _GatherBucket(torch.autograd.Function):
         b: Bucket = ctx.b
         k = 1 if b.shard_dim is None else b.mesh.shape[b.shard_dim]
         sizes = [_rows(s, k) for s in b.shapes]
-        flat = torch.cat([_pad_rows(g, k * r).reshape(k, r * e) for g, (r, e) in zip(grads, sizes)], 1)
         rd = b.reduce_dtype or ctx.specs[0][3]
+        if any(g.dtype != grads[0].dtype for g in grads):
+            grads = tuple(g.to(rd) for g in grads)
+        # (k, total): each gradient's dim 0 padded to k chunks of the first rank's rows, its
+        # chunk i flattened into row i, the layout the reduce-scatter hands out by row.
+        flat = _compat.chunk_cat(list(grads), 0, k)
         if flat.dtype != rd:
             flat = flat.to(rd)
         ranks = 1
@@ -112,14 +133,19 @@ class _GatherBucket(torch.autograd.Function):
                 flat = waited(_coll.all_reduce(flat, "sum", name))
                 ranks *= b.mesh.shape[i]
         flat = (flat / ranks).view(-1)
-        out, off = [], 0
-        for shape, (r, e), ((mesh, placements, coord), gshape, gstride, dtype) in zip(b.shapes, sizes, ctx.specs):
-            mine = r if b.shard_dim is None else chunk_size(shape[0], k, ctx.coord[b.shard_dim])
-            g = flat[off:off + r * e].view(r, *shape[1:]) if b.shard_dim is not None else flat[off:off + r * e].view(shape)
-            if b.shard_dim is not None and mine != r:
+        dtypes = {d for *_, d in ctx.specs}
+        if len(dtypes) == 1 and flat.dtype not in dtypes:
+            flat = flat.to(next(iter(dtypes)))
+        out = []
+        pieces = torch.split(flat, [r * e for r, e in sizes])
+        for g, shape, (r, _), ((mesh, placements, coord), gshape, gstride, dtype) in zip(pieces, b.shapes, sizes, ctx.specs):
+            rows = shape[0] if b.shard_dim is None else r
+            if len(shape) != 1:
+                g = g.view(rows, *shape[1:])
+            mine = rows if b.shard_dim is None else chunk_size(shape[0], k, ctx.coord[b.shard_dim])
+            if mine != rows:
                 g = g[:mine]
-            out.append(wrap(g.to(dtype), mesh, placements, coord, gshape, gstride, dtype))
-            off += r * e
+            out.append(wrap(g if g.dtype == dtype else g.to(dtype), mesh, placements, coord, gshape, gstride, dtype))
         return (None, *out)
 
 
@@ -140,6 +166,4 @@ def gather_bucket(b: Bucket, params: list) -> tuple:
         >>> [t.shape for t in gather_bucket(Bucket(m, ((3, 2),), 0), [w])]
         [torch.Size([3, 2])]
     """
-    if not all(isinstance(p, ShardedTensor) for p in params):
-        raise TypeError(f"gather_bucket: every parameter must be a ShardedTensor, got {[type(p).__name__ for p in params]}")
     return _gather(b, *params)

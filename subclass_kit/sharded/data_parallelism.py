@@ -45,7 +45,7 @@ from .mesh import MeshLike, MeshRef, mesh_ref
 from ._dp_bucket import Bucket, gather_bucket
 from ._layout import contiguous_strides
 from .placements import Partial, Placement, Replicate, Shard, _StridedShard
-from .tensor import ShardedTensor
+from .tensor import ShardedTensor, _from_local
 
 __all__ = ["MixedPrecisionPolicy", "data_parallel", "MODES"]
 
@@ -106,9 +106,9 @@ def _replicate_compute(module: nn.Module, name: str):
 
 def _parametrized(name: str) -> property:
     def get(self: nn.Module) -> torch.Tensor:
-        live: dict = self._kit_live  # type: ignore[assignment]
-        if name in live:  # gathered with its unit's other parameters (see _unit_forward)
-            return live[name]
+        live = self._kit_owner.live  # type: ignore[union-attr]
+        if live is not None:  # gathered with its unit's other parameters (see _unit_forward)
+            return live[self._kit_slots[name]]  # type: ignore[index]
         return _replicate_compute(self, name)
 
     return property(get)
@@ -119,26 +119,33 @@ class _Unit:
     each block of a ModuleList/ModuleDict (a transformer's layers), as FSDP wraps them.
 
     ``sources``: (module, name) of each distinct stored parameter (the bucket's inputs);
-    ``targets``: (module, name, bucket index, TP spec or None) of each parameter slot;
-    ``modules``: the modules whose ``_kit_live`` the unit fills."""
+    ``tp``: (bucket index, TP spec) of each parameter the forward rebuilds on its TP mesh;
+    ``live``: while ``module``'s forward runs, the gathered parameters by bucket index (a
+    member module's ``_kit_slots`` maps its parameter names there), else None.
 
-    def __init__(self, base_forward, bucket, sources: tuple, targets: tuple):
-        self.base_forward, self.bucket, self.sources, self.targets = base_forward, bucket, sources, targets
-        self.modules = tuple({id(m): m for m, *_ in targets}.values())
+    The forward's bookkeeping is one attribute set and reset, not a write per parameter:
+    ``torch.compile`` interprets every bytecode of it (and guards what it reads)."""
+
+    def __init__(self, base_forward, bucket, sources: tuple, tp: tuple):
+        self.base_forward, self.bucket, self.sources, self.tp = base_forward, bucket, sources, tp
+        self.live: tuple | None = None
 
 
 def _unit_forward(self: nn.Module, *args, **kwargs):
     u: _Unit = self._kit_unit  # type: ignore[assignment]
-    outs = gather_bucket(u.bucket, [m._parameters[n] for m, n in u.sources])
-    for m, n, i, tp in u.targets:
-        m._kit_live[n] = outs[i] if tp is None else from_local(outs[i], tp[0], tp[1], shape=tp[2], stride=tp[3])
+    outs: Any = gather_bucket(u.bucket, [m._parameters[n] for m, n in u.sources])
+    if u.tp:
+        outs = list(outs)
+        for i, (tp_mesh, tp_placements, shape, stride) in u.tp:
+            # The graph function itself: from_local's argument handling is constant here.
+            outs[i] = _from_local(outs[i], tp_mesh, tp_placements, shape, stride, False)
+    u.live = outs
     try:
         return u.base_forward(self, *args, **kwargs)
     finally:
         # The gathered parameters live for this call only (FSDP's reshard after forward;
         # autograd keeps what the backward needs).
-        for m in u.modules:
-            m._kit_live.clear()
+        u.live = None
 
 
 # One class per (module class, parameter names, unit or not): every block of a model shares
@@ -230,7 +237,7 @@ def _make_unit(base_forward, ref: MeshRef, shard_dim, mp: MixedPrecisionPolicy, 
     sources: list = []  # (module, name) per distinct parameter
     index: dict = {}  # id(parameter) -> its place in sources
     shapes: list = []
-    targets = []
+    tp: list = []
     for mod, names in got:
         for n in names:
             p, s = mod._parameters[n], mod._kit_dp[n]
@@ -239,9 +246,14 @@ def _make_unit(base_forward, ref: MeshRef, shard_dim, mp: MixedPrecisionPolicy, 
                 sources.append((mod, n))
                 # The data-parallel layout's global shape: the TP shard when stored on (dp, tp).
                 shapes.append(tuple(s.dp[1]) if s.dp is not None else tuple(p.shape))
-            targets.append((mod, n, index[id(p)], s.tp))
+                if s.tp is not None:
+                    tp.append((index[id(p)], s.tp))
     bucket = Bucket(ref, tuple(shapes), shard_dim, mp.param_dtype, mp.reduce_dtype)
-    return _Unit(base_forward, bucket, tuple(sources), tuple(targets))
+    unit = _Unit(base_forward, bucket, tuple(sources), tuple(tp))
+    for mod, names in got:
+        mod._kit_owner = unit
+        mod._kit_slots = {n: index[id(mod._parameters[n])] for n in names}
+    return unit
 
 
 def data_parallel(model: nn.Module, mesh: MeshLike, *, mode: str = "fully_shard",
@@ -323,7 +335,6 @@ def data_parallel(model: nn.Module, mesh: MeshLike, *, mode: str = "fully_shard"
             mod._parameters[n] = new
             specs[n] = _Spec(ref, compute, grad, mp.param_dtype, mp.reduce_dtype, tp, dp)
         mod._kit_dp = specs
-        mod._kit_live = {}
         members.setdefault(id(owners[id(mod)]), []).append((mod, names))
     shard_dim = _SHARD_DIM[mode]
     units = set()

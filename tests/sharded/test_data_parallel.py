@@ -6,6 +6,7 @@ runs; bad input is refused."""
 
 from __future__ import annotations
 
+import copy
 import functools
 import pathlib
 
@@ -15,6 +16,7 @@ import torch
 from kit_helpers.docs import NEEDS_PG, check_printed, plan, run_blocks
 from kit_helpers.harness import world
 from subclass_kit.sharded import MeshRef, ParallelizeError, Partial, Replicate, Shard, data_parallel, distribute
+from subclass_kit.sharded._dp_bucket import gather_bucket
 
 from sharded import _dp_tasks
 
@@ -73,6 +75,33 @@ def test_tied_parameters_stay_tied():
     data_parallel(model, MeshRef.local(), mode="fully_shard")
     assert model[0]._parameters["weight"] is model[1]._parameters["weight"]
     assert len(list(model.parameters())) == 1
+
+
+def test_a_unit_of_mixed_dtypes_computes_each_in_its_own():
+    # One bucket moves a float32 and a float64 Linear: each is gathered back in its own dtype,
+    # so the model (eager and compiled) computes as the dense one, gradients in each dtype.
+    torch.manual_seed(0)
+    dense = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2).double())
+    model = data_parallel(copy.deepcopy(dense), MeshRef.local(), mode="fully_shard")
+    x = torch.randn(5, 3)
+
+    def run(net):
+        return net[1](net[0](x).double())
+
+    want = run(dense)
+    want.sum().backward()
+    for fn in (run, torch.compile(run, backend="aot_eager", fullgraph=True)):
+        for p in model.parameters():
+            p.grad = None
+        got = run(model) if fn is run else fn(model)
+        assert got.dtype == torch.float64
+        torch.testing.assert_close(got, want)
+        got.sum().backward()
+        for (name, p), q in zip(model.named_parameters(), dense.parameters()):
+            assert p.grad.dtype == q.dtype, name
+            torch.testing.assert_close(p.grad.full_tensor(), q.grad, msg=name)
+    with pytest.raises(TypeError, match="every parameter must be a ShardedTensor"):
+        gather_bucket(model._kit_unit.bucket, [torch.ones(4, 3)] * 4)
 
 
 # ---- on 4 ranks --------------------------------------------------------------------------------
