@@ -17,10 +17,14 @@ class ScaledTensor(WrapperTensor):
     """int8 data with a per-row scale: ``value = qdata * scale``.
 
     Exercises: an outer dtype (float32) that differs from the primary's (int8), a derived
-    inner shape (scale is ``(rows, 1)``), a real op handler (``mm`` without dequantizing the
+    inner shape (scale is ``(rows, 1)``), real op handlers (``mm`` without dequantizing the
     whole matrix), and ``fallbacks.to_plain`` for everything else. Results of ops are
     dense: gradients of a quantized tensor arrive dense, so an op that returned a
     ScaledTensor would make the compiled backward expect a wrapped tangent that never comes.
+    The one exception is the transpose of a weight that does not require grad: a view with
+    the scale per column (``granularity='col'``), so ``F.linear`` (``addmm(b, x, w.t())``
+    once decomposed) runs ``x`` against the int8 data in one kernel
+    (``aten._weight_int8pack_mm`` for float32 on CPU), in eager and in compiled graphs.
 
     Example:
         >>> import torch
