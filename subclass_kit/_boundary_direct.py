@@ -8,7 +8,8 @@ check the entry's guards on the frame's locals, then run the entry's transformed
 boundary does exactly that itself, with dynamo's own C++ guard tree (so nothing the trace read
 goes unguarded) and dynamo's own code, as long as
 
-* no dynamo callback is active and the stance is the default (``_compat.dynamo_idle``),
+* no dynamo callback is active, the stance is the default and no guard-complete hook is set
+  (guard collectives: ``_compat.dynamo_idle``),
 * dynamo still holds the artifact (``torch._dynamo.reset()`` drops it), and
 * the transformed code does nothing a callback would have to see: it loads only the compiled
   graphs, dynamo's bytecode hooks and module dicts, and calls nothing else (no graph break's

@@ -1122,16 +1122,24 @@ def dynamo_live_codes() -> set:
 
 def dynamo_idle():
     """A zero-argument function, True while no dynamo callback is active (not inside a
-    compiled region's eager parts, nor tracing) and ``torch.compiler.set_stance`` is at its
-    default: then running dynamo's code for a frame after its guards pass is what dynamo
-    itself would do."""
-    from torch._C._dynamo.eval_frame import get_eval_frame_callback
+    compiled region's eager parts, nor tracing), ``torch.compiler.set_stance`` is at its
+    default and no guard-complete hook is set (``torch.compiler.set_enable_guard_collectives``:
+    every rank must take part in each guard evaluation): then running dynamo's code for a
+    frame after its guards pass is what dynamo itself would do."""
+    from torch._C._dynamo.eval_frame import get_eval_frame_callback, set_guard_complete_hook
     from torch._dynamo import eval_frame
 
     def idle() -> bool:
         s = eval_frame._stance
-        return (get_eval_frame_callback() is None and s.stance == "default" and not s.skip_guard_eval_unsafe
-                and s.backend is None)
+        if not (get_eval_frame_callback() is None and s.stance == "default" and not s.skip_guard_eval_unsafe
+                and s.backend is None):
+            return False
+        # torch has no getter for the hook: take it out and put it back (None stays None).
+        hook = set_guard_complete_hook(None)
+        if hook is None:
+            return True
+        set_guard_complete_hook(hook)
+        return False
 
     return idle
 

@@ -12,7 +12,7 @@ called through ``torch.compile`` on its flat inputs (the weights' graph with dyn
 and guards, none of the kit's per-call work; the boundary itself runs dynamo's artifact
 without that entry, see ``_boundary_direct``). A row's
 ``overhead_us`` is its median minus the plain-weight model's. No ``dynamic=`` anywhere: in
-torch 2.13 it re-applies a config patch on every call.
+torch 2.13 it re-applies a config patch on every call. Everything runs on one thread.
 """
 
 from __future__ import annotations
@@ -145,6 +145,13 @@ def run(quick: bool = False) -> list[dict]:
         >>> rows = run(quick=True)  # doctest: +SKIP
     """
     # Many short rounds of a fixed call count: on a loaded machine the median of per-round
-    # ratios settles where a few long rounds do not.
+    # ratios settles where a few long rounds do not. One thread, compiles included (inductor
+    # emits OpenMP loops for more): on a shared 2-core machine the fork and join of every
+    # small kernel on busy cores swamped the rows (3x-16x of plain weights, run to run).
     rounds, number = (3, 50) if quick else (41, 200)
-    return _compiled_call(rounds, number) + _quantized(rounds, max(number // 4, 10))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _compiled_call(rounds, number) + _quantized(rounds, max(number // 4, 10))
+    finally:
+        torch.set_num_threads(threads)

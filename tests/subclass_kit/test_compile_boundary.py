@@ -252,6 +252,30 @@ def test_direct_calls_keep_aliasing_graph_breaks_and_stance():
     assert entry.direct is not None and entry.direct.runs == ()  # a resume function: dynamo's path
 
 
+def test_guard_collectives_keep_dynamos_path(monkeypatch):
+    # With guard collectives on, every guard evaluation goes through torch's hook (an
+    # all-gather across ranks when a guard group is set): the boundary must not skip it.
+    from torch._dynamo import eval_frame
+
+    seen = []
+    real = eval_frame.guard_collectives_hook
+    monkeypatch.setattr(eval_frame, "guard_collectives_hook", lambda ok: seen.append(ok) or real(ok))
+    f, cnt = _counted(lambda x: x * 2)
+    x = _two(4, 3)
+    with torch.no_grad():
+        f(x)
+        f(x)  # armed for direct calls
+        assert torch.compiler.set_enable_guard_collectives(True) is False
+        try:
+            for _ in range(3):
+                assert_same(f(x), x * 2)
+        finally:
+            torch.compiler.set_enable_guard_collectives(False)
+        assert seen == [True, True, True] and cnt.frame_count == 1
+        assert_same(f(x), x * 2)  # off again: direct, the hook is not consulted
+    assert seen == [True, True, True]
+
+
 def test_a_module_is_called_through_a_twin_and_left_untouched():
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8))
