@@ -1016,7 +1016,7 @@ def recompile_limit() -> int:
     return int(torch._dynamo.config.recompile_limit)
 
 
-# ---- the compile boundary (boundary.py, _boundary_trace.py) ----------------------------------
+# ---- the compile boundary (boundary.py, _boundary_entries.py, _boundary_trace.py, _boundary_record.py) ----
 
 
 def tensor_guard(tensors: list, free: int = 0):

@@ -4,7 +4,8 @@
 wrapper (a metadata check that flattens it, a tensor check per inner tensor), AOTAutograd's
 subclass wrapping, and building the output wrappers. The boundary does the guarding itself
 (class, ctx and outer layout, the kit's own key), hands a compiled *body* the plain inner
-tensors, and rebuilds the outputs with the class's ``make`` (see ``_boundary_trace.py``).
+tensors, and rebuilds the outputs with the class's ``make`` (see ``_boundary_trace.py`` and
+``_boundary_record.py``). A call no kept entry serves builds one (``_boundary_entries.py``).
 
 Calls it cannot serve go to plain ``torch.compile(fn)``, transparently: inputs that take part
 in autograd, tensor subclasses that are not the kit's, ``explain`` says which. Arguments with
@@ -13,21 +14,17 @@ dims marked dynamic are served by one body for every size (``_boundary_dynamic.p
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import warnings
 from typing import Any, Callable
 
 import torch
 
-from guards.errors import DispatcherLimitWarning
-
 from . import _compat
 from ._boundary_direct import through_dynamo
-from ._boundary_dynamic import carried_recipes, carrier as _carrier, marked
-from ._boundary_explain import autograd_reason, dynamic_reason, explain_call, wrapped_requiring_grad
-from ._boundary_trace import (PLAIN as _PLAIN, Record, Unservable, collect, identity_check, make_body, param_getters,
-                               record_from, walk)
+from ._boundary_dynamic import carrier as _carrier
+from ._boundary_entries import Entry, miss, qual
+from ._boundary_explain import explain_call
+from ._boundary_trace import PLAIN as _PLAIN, Unservable, collect, identity_check, param_getters, walk
 from ._boundary_twins import twin_of
 from .base import WrapperTensor
 from .ctx import _PRESENT, CTX_ATTR as _CTX
@@ -78,32 +75,6 @@ def compile(fn_or_module: Callable | torch.nn.Module, /, *, backend: Any = "indu
         ('TwoTensor', [2.0, 2.0, 2.0, 2.0], [0.0, 0.0, 0.0, 0.0])
     """
     return Boundary(fn_or_module, backend=backend, limit=limit, fullgraph=fullgraph, mode=mode, options=options)
-
-
-class _Entry:
-    """One signature and layout: its compiled body (or the reason it falls back)."""
-
-    __slots__ = ("sig", "full_sig", "layout", "check", "grad", "compiled", "direct", "record", "reason", "hits",
-                 "used", "free", "carry")
-
-    def __init__(self, sig, full_sig, full_checked, checked, grad, compiled, reason, free=0, carry=()) -> None:
-        self.sig = sig  # the table's key (a module's parameters by their plan's number)
-        self.full_sig = full_sig  # every part, for explain
-        self.layout = [(t.shape, t.stride(), t.dtype, t.device, t.requires_grad) for t in full_checked]
-        #: the first ``free`` checked tensors (the arguments') have dynamic sizes: dynamo's guards check them
-        self.free = free
-        self.check = _compat.tensor_guard(checked, free).check
-        #: the checked wrappers whose carriers follow the flat inputs (_boundary_dynamic)
-        self.carry = carry
-        #: None: serves in either grad mode; True/False: only in that one
-        self.grad = grad
-        self.compiled = compiled
-        #: dynamo's artifacts of ``compiled``, run without its frame entry (_boundary_direct)
-        self.direct: Any = None
-        self.record: Record | None = None
-        self.reason = reason
-        self.hits = 0
-        self.used = 0
 
 
 class Boundary:
@@ -283,15 +254,15 @@ class Boundary:
                     if rec is not None and rec.unsafe is None and not rec.needs_inputs:
                         return rec.finish(out, None)
                     return self._finish(e, out, args, kwargs)
-        return self._miss(key, checked, flat, args, kwargs)
+        return miss(self, key, checked, flat, args, kwargs)
 
-    def _serve(self, e: _Entry, flat: list, checked: list, args: tuple, kwargs: dict) -> Any:
+    def _serve(self, e: Entry, flat: list, checked: list, args: tuple, kwargs: dict) -> Any:
         if e.compiled is None:
             return self._run_fallback(args, kwargs)
         return self._finish(e, through_dynamo(e, flat + [_carrier(checked[i]) for i in e.carry]), args, kwargs)
 
 
-    def _finish(self, e: _Entry, out: tuple, args: tuple, kwargs: dict) -> Any:
+    def _finish(self, e: Entry, out: tuple, args: tuple, kwargs: dict) -> Any:
         rec = e.record
         if rec is None:  # pragma: no cover - dynamo traced the body without reaching the hook
             raise RuntimeError("subclass_kit.compile: the compiled body returned before its output was recorded.")
@@ -307,73 +278,6 @@ class Boundary:
         for v in (*args, *kwargs.values()):  # a module's parameters are rebuilt by its twin, not recorded
             collect(v, out)
         return out
-
-    def _miss(self, key: tuple, checked: list, flat: list, args: tuple, kwargs: dict) -> Any:
-        if self._params and self._param_reason is None and self._params_relaid():
-            self._plan_params()  # a parameter's layout changed in place: its twin is rebuilt
-            return self(*args, **kwargs)
-        names: list = []
-        sig2: list = []
-        checked2: list = []
-        flat2: list = []
-        arg_recipes = tuple(walk(a, sig2, checked2, flat2, names, f"args[{i}]") for i, a in enumerate(args))
-        kw_recipes = []
-        for k, v in kwargs.items():
-            sig2.append(k)
-            names.append(("value", f"kwargs[{k!r}]"))
-            kw_recipes.append((k, walk(v, sig2, checked2, flat2, names, f"kwargs[{k!r}]")))
-        n_args = len(checked2)
-        self._walk_params(sig2, checked2, flat2, names)
-        reason = autograd_reason(checked2, names) if _grad_on() else None
-        if reason is None:
-            reason = dynamic_reason(checked2, names, n_args)
-        free = 0
-        carry: tuple = ()
-        if reason is None and marked(checked2[:n_args]):
-            # Dims marked dynamic: one body for every size (see _boundary_dynamic).
-            free = n_args
-            carry = tuple(i for i, t in enumerate(checked2[:n_args]) if isinstance(t, WrapperTensor))
-            every, _ = carried_recipes((*arg_recipes, *(r for _, r in kw_recipes)), len(flat))
-            arg_recipes, kw_recipes = every[:len(arg_recipes)], [(k, r) for (k, _), r in
-                                                                 zip(kw_recipes, every[len(arg_recipes):])]
-        grad = None
-        if reason is None and wrapped_requiring_grad(checked2, names) is not None:
-            grad = False  # wrappers requiring grad, served under no_grad only
-        elif reason is not None:
-            grad = True
-        compiled = None
-        if reason is None:
-            self._n += 1
-            tag = hashlib.sha1(repr((_qual(self.fn), key,
-                                     [tuple(t.shape) for t in checked])).encode()).hexdigest()[:10]
-            entry_box: list = []
-            body = make_body(self._twin, arg_recipes, tuple(kw_recipes), lambda *a: _on_record(entry_box[0], *a),
-                             f"boundary_{tag}", sized=free > 0)
-            compiled = torch.compile(body, **self._opts)
-        e = _Entry(key, tuple(sig2), checked2, checked, grad, compiled, reason, free, carry)
-        if compiled is not None:
-            entry_box.append(e)
-        self._add(e)
-        e.hits, e.used = 0, next(self._clock)
-        return self._serve(e, flat, checked, args, kwargs)
-
-    def _add(self, e: _Entry) -> None:
-        if len(self) >= self.limit:
-            if not self._warned:
-                self._warned = True
-                warnings.warn(
-                    f"subclass_kit.compile({_qual(self.fn)}) reached its limit of {self.limit} artifacts; "
-                    "evicting the least recently used for each new one. The calls keep changing a "
-                    "class, ctx or layout (see Boundary.explain); keep those to a few or pass limit=.",
-                    DispatcherLimitWarning, stacklevel=4,
-                )
-            old = min((x for b in self._table.values() for x in b), key=lambda x: x.used)
-            bucket = self._table[old.sig]
-            bucket.remove(old)
-            if not bucket:
-                del self._table[old.sig]
-            self.evictions += 1
-        self._table.setdefault(e.sig, []).append(e)
 
     def _body_for(self, *args: Any, **kwargs: Any) -> tuple:
         """(the compiled body that serves these arguments, its flat inputs): the bench's floor."""
@@ -427,17 +331,4 @@ class Boundary:
         return explain_call(self, args, kwargs)
 
     def __repr__(self) -> str:
-        return f"<subclass_kit.compile of {_qual(self.fn)}: {len(self)} artifacts, limit {self.limit}>"
-
-
-def _qual(fn: Any) -> str:
-    return getattr(fn, "__qualname__", type(fn).__name__)
-
-
-def _on_record(e: _Entry, leaves: list, spec: Any, rebuilt: list) -> None:
-    rec = record_from(leaves, spec, rebuilt, sized=e.free > 0)
-    if e.record is not None and e.record != rec:
-        # dynamo traced this body again (something outside the arguments changed) and the
-        # output differs: an older trace could be served with the wrong record from now on.
-        rec.unsafe = rec.unsafe or "dynamo recompiled the body with another output structure"
-    e.record = rec
+        return f"<subclass_kit.compile of {qual(self.fn)}: {len(self)} artifacts, limit {self.limit}>"
