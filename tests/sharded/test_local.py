@@ -330,6 +330,39 @@ def test_a_plan_hit_finds_the_entry_the_general_key_names(numbers_by_type):
     assert len(built) == len(cases)
 
 
+def test_a_none_plan_is_a_hit_too():
+    # A rule's "no plan" (its general path) is a decision as well: it is not rebuilt per call.
+    from subclass_kit.sharded._ops import _common
+
+    x = distribute(torch.ones(4, 2), LOCAL, [Shard(0)])
+    built = []
+    plan = _common.planned(lambda func, args, kwargs: built.append(args))
+    for _ in range(3):
+        assert plan("no op", (x, 2), {}) is None
+    assert len(built) == 1
+
+
+@pytest.mark.parametrize("pl", [Replicate(), Shard(1)], ids=repr)
+def test_gather_cat_stack_of_operands_already_laid_out_are_one_fast_call(pl):
+    # Nothing to move (every operand whole, or on the kept shard): the plan holds a fast path
+    # (the op on the locals), and the values are the dense ones.
+    from subclass_kit.sharded._ops import _common, indexing, view
+
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
+    idx = torch.randint(0, 4, (4, 6), generator=g)
+    xa, xb, xi = (distribute(t, LOCAL, [pl]) for t in (a, b, idx))
+    for _ in range(2):  # the plan's miss and its hit
+        for got, want in ((torch.gather(xa, 0, xi), torch.gather(a, 0, idx)),
+                          (torch.cat([xa, xb]), torch.cat([a, b])), (torch.stack([xa, xb]), torch.stack([a, b]))):
+            assert type(got) is ShardedTensor and got.placements[0].is_shard() == pl.is_shard()
+            torch.testing.assert_close(got.full_tensor(), want)
+    assert indexing._one_dim_plan.plans[_common._key(aten.gather.default, (xa, 0, xi), {}, False)][-1] is not None
+    for func in (aten.cat.default, aten.stack.default):
+        assert view._cat_plan.plans[_common._key(func, ([xa, xb],), {}, False)][-1] is not None
+
+
 @pytest.mark.parametrize("pl", [Shard(0), Replicate()], ids=repr)
 def test_var_and_std_over_an_unsharded_dim_are_one_plan_hit_on_the_local(pl):
     from subclass_kit import _compat

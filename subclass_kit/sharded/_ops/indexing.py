@@ -35,6 +35,7 @@ from ._common import (
     global_meta,
     move,
     move_plain,
+    on_locals,
     planned,
     spec_of,
     wrap_out,
@@ -356,9 +357,18 @@ def _one_dim_decide(func, args, kwargs):
                     break
             lay.append(pick)
     layout = tuple(lay) if lay else (Replicate(),) * mesh.ndim
-    if all(p.is_replicate() for p in layout):
+    as_laid = [placements_of(t) == layout if type(t) is ShardedTensor else all(p.is_replicate() for p in layout)
+               for t in tensors]
+    if all(p.is_replicate() for p in layout) and not all(as_laid):
         return None
-    return layout, at, global_meta(func, args, kwargs), mesh, coord
+    meta = global_meta(func, args, kwargs)
+    fast = None
+    if not kwargs and all(as_laid):
+        # Nothing moves (every operand whole, or on the kept shard): the op on the locals,
+        # the result built from what the plan knows.
+        fp = fast_plan(func, meta, mesh, layout, coord, args)
+        fast = None if fp is None else on_locals(*fp, args)
+    return layout, at, meta, mesh, coord, fast
 
 
 _one_dim_plan = planned(_one_dim_decide)
@@ -374,7 +384,9 @@ def along_one_dim(func, types, args, kwargs):
 
         masked = gather_masked(args, kwargs) if func is aten.gather.default else None
         return by_positions(func, types, args, kwargs) if masked is None else masked
-    layout, at, meta, mesh, coord = plan
+    layout, at, meta, mesh, coord, fast = plan
+    if fast is not None:
+        return fast(args)
     new = list(args)
     for i in at:
         a = args[i]
