@@ -318,14 +318,17 @@ def by_positions(func, types, args, kwargs):
 @ShardedTensor.implements(aten.index_put.default)
 def index_put(func, types, args, kwargs):
     """``index_put(x, indices, v)`` is linear in ``(x, v)`` together (accumulated or not): with
-    both Partial alike (sum/avg) it runs on the operands and stays Partial (as DTensor's);
-    else by positions."""
+    ``x`` Partial (sum/avg) and ``v`` Partial alike or whole (a whole ``v`` joins the Partial:
+    zero-masked under 'sum', no communication) it runs on the operands and stays Partial (as
+    DTensor's); else by positions."""
     x, v = args[0], args[2]
     pl = placements_of(x) if type(x) is ShardedTensor else None
-    if pl and type(v) is ShardedTensor and placements_of(v) == pl and all(p.is_partial() and p.op in ("sum", "avg") for p in pl):
+    if pl and all(p.is_partial() and p.op in ("sum", "avg") for p in pl) and (
+            placements_of(v) in (pl, (Replicate(),) * len(pl)) if type(v) is ShardedTensor else isinstance(v, torch.Tensor)):
         mesh, coord = spec_of(func, args, kwargs)
         idx = [None if i is None else _whole(i, (Replicate(),) * mesh.ndim) for i in args[1]]
-        return wrap_out(func(x.local, idx, v.local, *args[3:], **kwargs), global_meta(func, args, kwargs), mesh, pl, coord)
+        lv = move(v, pl) if type(v) is ShardedTensor else move_plain(v, mesh, coord, pl)
+        return wrap_out(func(x.local, idx, lv, *args[3:], **kwargs), global_meta(func, args, kwargs), mesh, pl, coord)
     return by_positions(func, types, args, kwargs)
 
 
