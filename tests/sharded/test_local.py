@@ -428,3 +428,27 @@ def test_a_rule_computing_whole_logs_without_asking_for_a_rule(caplog):
     assert generic.whole_ops()[torch.ops.aten.as_strided.default] == 1
     msgs = [r.getMessage() for r in caplog.records if "aten.as_strided.default" in r.getMessage()]
     assert len(msgs) == 1 and "for these placements" in msgs[0] and "implements" not in msgs[0], msgs
+
+
+def test_once_an_odd_layout_exists_only_ops_on_odd_operands_take_the_layout_hook():
+    # The hook (ops on layouts the rules do not handle) is asked only for an op with such an
+    # operand: the common op on simple layouts goes straight to its rule.
+    from subclass_kit.sharded import tensor as sharded_tensor
+    from subclass_kit.sharded.mesh import LAYOUTS_SEEN
+    from subclass_kit.sharded.placements import _StridedShard
+
+    hook, seen, asked = sharded_tensor.LAYOUT_HOOK[0], LAYOUTS_SEEN[0], []
+    sharded_tensor.LAYOUT_HOOK[0] = lambda func, args, kwargs: asked.append(func) or hook(func, args, kwargs)
+    LAYOUTS_SEEN[0] = True
+    try:
+        d = torch.randn(4, 6)
+        x, y = distribute(d, LOCAL, [Shard(0)]), distribute(d, LOCAL, [Replicate()])
+        torch.testing.assert_close((x + y).full_tensor(), d + d)
+        torch.testing.assert_close(torch.cat([x, x]).full_tensor(), torch.cat([d, d]))
+        assert asked == []
+        s = ShardedTensor.from_local(d, LOCAL, [_StridedShard(0, split_factor=2)])
+        torch.testing.assert_close((s + y).full_tensor(), d + d)
+        assert asked == [torch.ops.aten.add.Tensor]
+    finally:
+        sharded_tensor.LAYOUT_HOOK[0] = hook
+        LAYOUTS_SEEN[0] = seen or LAYOUTS_SEEN[0]

@@ -9,7 +9,8 @@ gather, scatter, index_put, index_add and the ``*_backward`` ops autograd emits 
   with zeros, index_select: ``_PASSES``), which keeps a pending reduction pending.
 - *By positions*: the positions are global indices, so every operand is made whole
   (Replicate) and the op runs on every rank alike; the result is Replicate -- except that
-  ``index_put`` of a Partial into a Partial alike stays Partial (it is linear in both),
+  ``index_put`` into a Partial stays Partial (it is linear in both) with a value Partial
+  alike or whole (which joins it: zero-masked past the first rank, no communication),
   ``gather`` of a size-1 index from a shard of the gather dim is a masked local lookup
   (``Partial('sum')``, see ``embedding``), and
   ``gather``/``scatter``/``scatter_add``/``scatter_reduce`` (positions along one dim, what
