@@ -17,7 +17,7 @@ from ._comm import waited
 from .errors import MeshError, ShapeStrideError, ShardMetadataError, ShardShapeError
 from ._layout import contiguous_strides, even_global_shape, local_shape
 from .mesh import LAYOUTS_SEEN, MeshLike, MeshRef, mesh_ref
-from .placements import Partial, Placement, Replicate, Shard, _StridedShard, normalize_placements, render
+from .placements import Partial, Placement, Replicate, Shard, _StridedShard, is_simple, normalize_placements, render
 from ._redistribute import redistribute_local
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class ShardedTensor(WrapperTensor):
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         # WrapperTensor's, plus one test: once a layout the op rules do not handle exists
         # (a tensor dim sharded by two mesh dims, a strided shard), ops go by ``_ops.layouts``.
-        if LAYOUTS_SEEN[0]:
+        if LAYOUTS_SEEN[0] and _any_odd(args, kwargs):
             out = LAYOUT_HOOK[0](func, args, kwargs or {})
             if out is not NotImplemented:
                 return out
@@ -317,6 +317,42 @@ _compat.never_compile_frames(ShardedTensor.__torch_dispatch__.__func__)  # type:
 #: ``LAYOUT_HOOK[0](func, args, kwargs)``: the dispatch of ops on layouts the rules do not
 #: handle (set by ``_ops.layouts``); NotImplemented hands the op to its rule.
 LAYOUT_HOOK: list = [lambda func, args, kwargs: NotImplemented]
+
+# id(ctx) -> (ctx, odd): whether a ctx's layout is one the rules do not handle (a tensor dim
+# sharded by two mesh dims, a strided shard) or its mesh lacks this rank. Once such a layout
+# exists (a flatten's _StridedShard) every op of the process asks; this answers for an
+# operand in one identity-keyed lookup, where hashing its placements (dataclasses) and
+# calling the hook cost microseconds per op.
+_ODD: dict = {}
+
+
+def _odd(c) -> bool:
+    hit = _ODD.get(id(c))
+    if hit is not None and hit[0] is c:
+        return hit[1]
+    odd = not c.coord or not is_simple(c.placements)
+    if len(_ODD) > 4096:
+        _ODD.clear()
+    _ODD[id(c)] = (c, odd)
+    return odd
+
+
+def _any_odd(args, kwargs) -> bool:
+    """True when an operand (or one in a list) has an odd layout: the op goes to the hook."""
+    for a in args:
+        t = type(a)
+        if t is ShardedTensor:
+            if _odd(ctx_of(a)):
+                return True
+        elif t is list or t is tuple:
+            for b in a:
+                if type(b) is ShardedTensor and _odd(ctx_of(b)):
+                    return True
+    if kwargs:
+        for v in kwargs.values():
+            if type(v) is ShardedTensor and _odd(ctx_of(v)):
+                return True
+    return False
 
 #: ``mesh, placements, coord = spec(x)``: the meta values of a ShardedTensor, read by name
 #: with the lookup done once (the op handlers read them on every call).

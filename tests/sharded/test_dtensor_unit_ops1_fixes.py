@@ -54,9 +54,12 @@ def test_index_put_of_partials_stays_partial():
         r = torch.index_put(px, [torch.tensor(1)], pv, acc)
         assert _pl(r) == (Partial("sum"),)
         close(r.full_tensor(), torch.index_put(x, [torch.tensor(1)], v, acc))
-    # a replicated value into a Partial('sum') would be counted once per rank: by positions
-    r = torch.index_put(px, [torch.tensor(1)], distribute(v, mesh, [Replicate()]))
-    assert _pl(r) == (Replicate(),)
+    # a replicated (or plain) value joins the Partial (zero-masked past the first rank, as
+    # DTensor's Replicate -> Partial): no all-reduce of x
+    for val in (distribute(v, mesh, [Replicate()]), v):
+        r = torch.index_put(px, [torch.tensor(1)], val)
+        assert _pl(r) == (Partial("sum"),)
+        close(r.full_tensor(), torch.index_put(x, [torch.tensor(1)], v))
 
 
 def test_softmax_backward_keeps_the_output_shard():

@@ -330,6 +330,39 @@ def test_a_plan_hit_finds_the_entry_the_general_key_names(numbers_by_type):
     assert len(built) == len(cases)
 
 
+def test_a_none_plan_is_a_hit_too():
+    # A rule's "no plan" (its general path) is a decision as well: it is not rebuilt per call.
+    from subclass_kit.sharded._ops import _common
+
+    x = distribute(torch.ones(4, 2), LOCAL, [Shard(0)])
+    built = []
+    plan = _common.planned(lambda func, args, kwargs: built.append(args))
+    for _ in range(3):
+        assert plan("no op", (x, 2), {}) is None
+    assert len(built) == 1
+
+
+@pytest.mark.parametrize("pl", [Replicate(), Shard(1)], ids=repr)
+def test_gather_cat_stack_of_operands_already_laid_out_are_one_fast_call(pl):
+    # Nothing to move (every operand whole, or on the kept shard): the plan holds a fast path
+    # (the op on the locals), and the values are the dense ones.
+    from subclass_kit.sharded._ops import _common, indexing, view
+
+    aten = torch.ops.aten
+    g = torch.Generator().manual_seed(5)
+    a, b = torch.randn(4, 6, generator=g), torch.randn(4, 6, generator=g)
+    idx = torch.randint(0, 4, (4, 6), generator=g)
+    xa, xb, xi = (distribute(t, LOCAL, [pl]) for t in (a, b, idx))
+    for _ in range(2):  # the plan's miss and its hit
+        for got, want in ((torch.gather(xa, 0, xi), torch.gather(a, 0, idx)),
+                          (torch.cat([xa, xb]), torch.cat([a, b])), (torch.stack([xa, xb]), torch.stack([a, b]))):
+            assert type(got) is ShardedTensor and got.placements[0].is_shard() == pl.is_shard()
+            torch.testing.assert_close(got.full_tensor(), want)
+    assert indexing._one_dim_plan.plans[_common._key(aten.gather.default, (xa, 0, xi), {}, False)][-1] is not None
+    for func in (aten.cat.default, aten.stack.default):
+        assert view._cat_plan.plans[_common._key(func, ([xa, xb],), {}, False)][-1] is not None
+
+
 @pytest.mark.parametrize("pl", [Shard(0), Replicate()], ids=repr)
 def test_var_and_std_over_an_unsharded_dim_are_one_plan_hit_on_the_local(pl):
     from subclass_kit import _compat
@@ -395,3 +428,27 @@ def test_a_rule_computing_whole_logs_without_asking_for_a_rule(caplog):
     assert generic.whole_ops()[torch.ops.aten.as_strided.default] == 1
     msgs = [r.getMessage() for r in caplog.records if "aten.as_strided.default" in r.getMessage()]
     assert len(msgs) == 1 and "for these placements" in msgs[0] and "implements" not in msgs[0], msgs
+
+
+def test_once_an_odd_layout_exists_only_ops_on_odd_operands_take_the_layout_hook():
+    # The hook (ops on layouts the rules do not handle) is asked only for an op with such an
+    # operand: the common op on simple layouts goes straight to its rule.
+    from subclass_kit.sharded import tensor as sharded_tensor
+    from subclass_kit.sharded.mesh import LAYOUTS_SEEN
+    from subclass_kit.sharded.placements import _StridedShard
+
+    hook, seen, asked = sharded_tensor.LAYOUT_HOOK[0], LAYOUTS_SEEN[0], []
+    sharded_tensor.LAYOUT_HOOK[0] = lambda func, args, kwargs: asked.append(func) or hook(func, args, kwargs)
+    LAYOUTS_SEEN[0] = True
+    try:
+        d = torch.randn(4, 6)
+        x, y = distribute(d, LOCAL, [Shard(0)]), distribute(d, LOCAL, [Replicate()])
+        torch.testing.assert_close((x + y).full_tensor(), d + d)
+        torch.testing.assert_close(torch.cat([x, x]).full_tensor(), torch.cat([d, d]))
+        assert asked == []
+        s = ShardedTensor.from_local(d, LOCAL, [_StridedShard(0, split_factor=2)])
+        torch.testing.assert_close((s + y).full_tensor(), d + d)
+        assert asked == [torch.ops.aten.add.Tensor]
+    finally:
+        sharded_tensor.LAYOUT_HOOK[0] = hook
+        LAYOUTS_SEEN[0] = seen or LAYOUTS_SEEN[0]

@@ -158,6 +158,9 @@ def _remember(cache: dict, key, value):
     return value
 
 
+_NO_PLAN = object()  # a stored None plan
+
+
 def planned(build, *, numbers_by_type: bool = False):
     """Memoize ``build(func, args, kwargs)`` (a handler's decisions, a pure function of the
     arguments' metadata) per op and argument signature, as DTensor caches sharding
@@ -196,7 +199,7 @@ def planned(build, *, numbers_by_type: bool = False):
                 except TypeError:  # a symbolic or unhashable keyword argument: see below
                     hit = None
                 if hit is not None:
-                    return hit
+                    return None if hit is _NO_PLAN else hit
         try:
             key = _key(func, args, kwargs, numbers_by_type)
             hit = plans.get(key)
@@ -204,8 +207,12 @@ def planned(build, *, numbers_by_type: bool = False):
             return build(func, args, kwargs)
         if hit is None:
             _held(func)
-            hit = _remember(plans, key, build(func, args, kwargs))
-        return hit
+            # A None plan (the rule's general path: gather_masked, by positions, computed
+            # whole) is a decision too: stored as _NO_PLAN, so it is not rebuilt every call.
+            built = build(func, args, kwargs)
+            _remember(plans, key, _NO_PLAN if built is None else built)
+            return built
+        return None if hit is _NO_PLAN else hit
 
     plan.__name__ = plan.__qualname__ = f"planned({build.__name__})"
     plan.plans = plans  # type: ignore[attr-defined]

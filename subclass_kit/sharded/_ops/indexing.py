@@ -9,7 +9,8 @@ gather, scatter, index_put, index_add and the ``*_backward`` ops autograd emits 
   with zeros, index_select: ``_PASSES``), which keeps a pending reduction pending.
 - *By positions*: the positions are global indices, so every operand is made whole
   (Replicate) and the op runs on every rank alike; the result is Replicate -- except that
-  ``index_put`` of a Partial into a Partial alike stays Partial (it is linear in both),
+  ``index_put`` into a Partial stays Partial (it is linear in both) with a value Partial
+  alike or whole (which joins it: zero-masked past the first rank, no communication),
   ``gather`` of a size-1 index from a shard of the gather dim is a masked local lookup
   (``Partial('sum')``, see ``embedding``), and
   ``gather``/``scatter``/``scatter_add``/``scatter_reduce`` (positions along one dim, what
@@ -35,6 +36,7 @@ from ._common import (
     global_meta,
     move,
     move_plain,
+    on_locals,
     planned,
     spec_of,
     wrap_out,
@@ -317,14 +319,17 @@ def by_positions(func, types, args, kwargs):
 @ShardedTensor.implements(aten.index_put.default)
 def index_put(func, types, args, kwargs):
     """``index_put(x, indices, v)`` is linear in ``(x, v)`` together (accumulated or not): with
-    both Partial alike (sum/avg) it runs on the operands and stays Partial (as DTensor's);
-    else by positions."""
+    ``x`` Partial (sum/avg) and ``v`` Partial alike or whole (a whole ``v`` joins the Partial:
+    zero-masked under 'sum', no communication) it runs on the operands and stays Partial (as
+    DTensor's); else by positions."""
     x, v = args[0], args[2]
     pl = placements_of(x) if type(x) is ShardedTensor else None
-    if pl and type(v) is ShardedTensor and placements_of(v) == pl and all(p.is_partial() and p.op in ("sum", "avg") for p in pl):
+    if pl and all(p.is_partial() and p.op in ("sum", "avg") for p in pl) and (
+            placements_of(v) in (pl, (Replicate(),) * len(pl)) if type(v) is ShardedTensor else isinstance(v, torch.Tensor)):
         mesh, coord = spec_of(func, args, kwargs)
         idx = [None if i is None else _whole(i, (Replicate(),) * mesh.ndim) for i in args[1]]
-        return wrap_out(func(x.local, idx, v.local, *args[3:], **kwargs), global_meta(func, args, kwargs), mesh, pl, coord)
+        lv = move(v, pl) if type(v) is ShardedTensor else move_plain(v, mesh, coord, pl)
+        return wrap_out(func(x.local, idx, lv, *args[3:], **kwargs), global_meta(func, args, kwargs), mesh, pl, coord)
     return by_positions(func, types, args, kwargs)
 
 
@@ -356,9 +361,18 @@ def _one_dim_decide(func, args, kwargs):
                     break
             lay.append(pick)
     layout = tuple(lay) if lay else (Replicate(),) * mesh.ndim
-    if all(p.is_replicate() for p in layout):
+    as_laid = [placements_of(t) == layout if type(t) is ShardedTensor else all(p.is_replicate() for p in layout)
+               for t in tensors]
+    if all(p.is_replicate() for p in layout) and not all(as_laid):
         return None
-    return layout, at, global_meta(func, args, kwargs), mesh, coord
+    meta = global_meta(func, args, kwargs)
+    fast = None
+    if not kwargs and all(as_laid):
+        # Nothing moves (every operand whole, or on the kept shard): the op on the locals,
+        # the result built from what the plan knows.
+        fp = fast_plan(func, meta, mesh, layout, coord, args)
+        fast = None if fp is None else on_locals(*fp, args)
+    return layout, at, meta, mesh, coord, fast
 
 
 _one_dim_plan = planned(_one_dim_decide)
@@ -374,7 +388,9 @@ def along_one_dim(func, types, args, kwargs):
 
         masked = gather_masked(args, kwargs) if func is aten.gather.default else None
         return by_positions(func, types, args, kwargs) if masked is None else masked
-    layout, at, meta, mesh, coord = plan
+    layout, at, meta, mesh, coord, fast = plan
+    if fast is not None:
+        return fast(args)
     new = list(args)
     for i in at:
         a = args[i]

@@ -279,11 +279,8 @@ def whole_view(func, types, args, kwargs):
     would be served its base's cached plans (a wrong global shape). Other layouts take the
     fallback (``narrow`` decomposes into ``slice``, which has a rule)."""
     x = args[0]
-    if type(x) is not ShardedTensor:
-        return ShardedTensor.__fallback__(func, types, args, kwargs)
-    pl = placements_of(x)
-    if not all(p.is_replicate() for p in pl):
-        return ShardedTensor.__fallback__(func, types, args, kwargs)
+    if type(x) is not ShardedTensor or not all(p.is_replicate() for p in placements_of(x)):
+        return _fallback_handler(func)(func, types, args, kwargs)
     out = fallbacks.map_inner(func, types, args, kwargs)
     if type(out) is ShardedTensor and not _laid_out_as_local(x):
         # A gathered view (its local a compact copy, its global offset and strides the
@@ -298,6 +295,22 @@ def whole_view(func, types, args, kwargs):
         if type(r) is ShardedTensor:
             r._sig = sig_of(ctx_of(r), tuple(r.shape), tuple(r.stride()), r.storage_offset())
     return out
+
+
+def _fallback_handler(func):
+    """The handler ``ShardedTensor.__fallback__`` resolves for ``func``, resolved once per op
+    (``to`` of a Partial inside a decomposition reaches ``whole_view`` on every call, and the
+    resolution asks every rule family). Kept in the class's dispatch cache, which a
+    registration clears."""
+    cache = ShardedTensor.__kit__.cache
+    key = ("whole_view fallback", func)
+    h = cache.get(key)
+    if h is None:
+        fb = ShardedTensor.__fallback__
+        resolve = getattr(fb, "resolve_op", None)
+        h = (resolve(func) if resolve is not None else None) or fb
+        cache[key] = h
+    return h
 
 
 def _laid_out_as_local(x) -> bool:
