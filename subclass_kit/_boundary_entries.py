@@ -19,12 +19,12 @@ from guards.errors import DispatcherLimitWarning
 
 from . import _compat
 from ._boundary_dynamic import carried_recipes, marked
-from ._boundary_explain import autograd_reason, dynamic_reason, wrapped_requiring_grad
+from ._boundary_explain import autograd_reason, dynamic_reason, qual, wrapped_requiring_grad
 from ._boundary_record import Record, record_from
 from ._boundary_trace import make_body, walk
 from .base import WrapperTensor
 
-__all__ = ["Entry", "miss", "add", "qual"]
+__all__ = ["Entry", "miss", "add"]
 
 _grad_on = _compat.is_grad_mode_on
 
@@ -126,8 +126,6 @@ def add(boundary: Any, e: Entry) -> None:
     boundary._table.setdefault(e.sig, []).append(e)
 
 
-def qual(fn: Any) -> str:
-    return getattr(fn, "__qualname__", type(fn).__name__)
 
 
 def _on_record(e: Entry, leaves: list, spec: Any, rebuilt: list) -> None:

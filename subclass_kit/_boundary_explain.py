@@ -13,12 +13,13 @@ from . import _compat
 from ._boundary_trace import Unservable, walk
 from .ctx import SubclassCtx
 
-__all__ = ["autograd_reason", "dynamic_reason", "wrapped_requiring_grad", "differs", "explain_call"]
+__all__ = ["autograd_reason", "dynamic_reason", "wrapped_requiring_grad", "differs", "explain_call", "qual"]
 
 _LAYOUT = ("size()", "stride()", "dtype", "device", "requires_grad")
 
 
-def _qual(fn: Any) -> str:
+def qual(fn: Any) -> str:
+    """The name messages use for a function or class (its qualname, else its type's)."""
     return getattr(fn, "__qualname__", type(fn).__name__)
 
 
@@ -62,7 +63,7 @@ def differs(e: Any, sig: list, names: list, checked: list) -> str | None:
         if kind == "ctx":
             return f"{where}: {_ctx_diff(want, got)}"
         if kind == "class":
-            return f"{where}: type: expected {_qual(want)}, got {_qual(got)}"
+            return f"{where}: type: expected {qual(want)}, got {qual(got)}"
         return f"{where}: expected {_show(want)}, got {_show(got)}"
     if len(sig) != len(e.full_sig):
         return f"the arguments differ in structure: {len(e.full_sig)} parts expected, got {len(sig)}"

@@ -22,8 +22,8 @@ import torch
 from . import _compat
 from ._boundary_direct import through_dynamo
 from ._boundary_dynamic import carrier as _carrier
-from ._boundary_entries import Entry, miss, qual
-from ._boundary_explain import explain_call
+from ._boundary_entries import Entry, miss
+from ._boundary_explain import explain_call, qual
 from ._boundary_trace import PLAIN as _PLAIN, Unservable, collect, identity_check, param_getters, walk
 from ._boundary_twins import twin_of
 from .base import WrapperTensor
