@@ -119,21 +119,45 @@ class _Unit:
     each block of a ModuleList/ModuleDict (a transformer's layers), as FSDP wraps them.
 
     ``sources``: (module, name) of each distinct stored parameter (the bucket's inputs);
-    ``tp``: (bucket index, TP spec) of each parameter the forward rebuilds on its TP mesh;
-    ``live``: while ``module``'s forward runs, the gathered parameters by bucket index (a
-    member module's ``_kit_slots`` maps its parameter names there), else None.
+    ``read``: ``read(unit_module)`` returns them, each read through the unit module's own
+    submodule path (see :func:`_reader`); ``tp``: (bucket index, TP spec) of each parameter
+    the forward rebuilds on its TP mesh; ``live``: while ``module``'s forward runs, the
+    gathered parameters by bucket index (a member module's ``_kit_slots`` maps its
+    parameter names there), else None.
 
     The forward's bookkeeping is one attribute set and reset, not a write per parameter:
     ``torch.compile`` interprets every bytecode of it (and guards what it reads)."""
 
-    def __init__(self, base_forward, bucket, sources: tuple, tp: tuple):
-        self.base_forward, self.bucket, self.sources, self.tp = base_forward, bucket, sources, tp
+    def __init__(self, base_forward, bucket, sources: tuple, read, tp: tuple):
+        self.base_forward, self.bucket, self.sources, self.read, self.tp = base_forward, bucket, sources, read, tp
         self.live: tuple | None = None
+
+
+# One reader per tuple of paths: every block of a ModuleList shares its function (and so
+# dynamo's guards on its code).
+_READERS: dict = {}
+
+
+def _reader(paths: tuple):
+    """``read(module)``: the parameter at each ``(submodule path, name)`` of ``paths``, as one
+    expression of ``_modules[...]`` and ``_parameters[...]`` lookups.
+
+    The unit's forward reads its parameters the way the wrapped forward reaches its
+    submodules (``self._modules['w1']``), so torch.compile sees each module and parameter
+    under one source: it guards each once, with no identity guard between two paths to
+    one module, and traces no loop over the parameters."""
+    fn = _READERS.get(paths)
+    if fn is None:
+        items = ["m" + "".join(f"._modules[{k!r}]" for k in path) + f"._parameters[{name!r}]" for path, name in paths]
+        env: dict = {}
+        exec(f"def read(m):\n    return ({', '.join(items)},)\n", env)  # noqa: S102 - names are repr()'d
+        fn = _READERS[paths] = env["read"]
+    return fn
 
 
 def _unit_forward(self: nn.Module, *args, **kwargs):
     u: _Unit = self._kit_unit  # type: ignore[assignment]
-    outs: Any = gather_bucket(u.bucket, [m._parameters[n] for m, n in u.sources])
+    outs: Any = gather_bucket(u.bucket, u.read(self))
     if u.tp:
         outs = list(outs)
         for i, (tp_mesh, tp_placements, shape, stride) in u.tp:
@@ -233,7 +257,8 @@ def _unit_owners(model: nn.Module) -> dict:
     return owners
 
 
-def _make_unit(base_forward, ref: MeshRef, shard_dim, mp: MixedPrecisionPolicy, got: list) -> _Unit:
+def _make_unit(unit_mod: nn.Module, ref: MeshRef, shard_dim, mp: MixedPrecisionPolicy, got: list) -> _Unit:
+    paths = {id(m): tuple(p.split(".")) if p else () for p, m in unit_mod.named_modules()}
     sources: list = []  # (module, name) per distinct parameter
     index: dict = {}  # id(parameter) -> its place in sources
     shapes: list = []
@@ -249,7 +274,8 @@ def _make_unit(base_forward, ref: MeshRef, shard_dim, mp: MixedPrecisionPolicy, 
                 if s.tp is not None:
                     tp.append((index[id(p)], s.tp))
     bucket = Bucket(ref, tuple(shapes), shard_dim, mp.param_dtype, mp.reduce_dtype)
-    unit = _Unit(base_forward, bucket, tuple(sources), tuple(tp))
+    read = _reader(tuple((paths[id(m)], n) for m, n in sources))
+    unit = _Unit(type(unit_mod).forward, bucket, tuple(sources), read, tuple(tp))
     for mod, names in got:
         mod._kit_owner = unit
         mod._kit_slots = {n: index[id(mod._parameters[n])] for n in names}
@@ -341,7 +367,7 @@ def data_parallel(model: nn.Module, mesh: MeshLike, *, mode: str = "fully_shard"
     for unit_mod in {id(u): u for u in owners.values()}.values():
         got = members.get(id(unit_mod))
         if got:
-            unit_mod._kit_unit = _make_unit(type(unit_mod).forward, ref, shard_dim, mp, got)
+            unit_mod._kit_unit = _make_unit(unit_mod, ref, shard_dim, mp, got)
             units.add(id(unit_mod))
     for mod in model.modules():
         names = tuple(getattr(mod, "_kit_dp", ()))
