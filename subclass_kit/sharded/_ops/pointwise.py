@@ -152,14 +152,33 @@ def _target(x, out_shape, out_pl, additive: bool) -> tuple:
     return tuple(res)
 
 
+def _written_meta(args, ops):
+    """An in-place op's result metadata without running its meta kernel: the written
+    tensor's own, when every tensor operand has its shape (no broadcast to check; a dtype
+    the written tensor cannot hold fails in the op on the locals, with torch's message).
+    An optimizer's first step plans a handful of such ops per parameter shape."""
+    self_ = args[0] if args else None
+    if type(self_) is not ShardedTensor:
+        return None
+    shape = tuple(self_.shape)
+    # Static sizes only: comparing symbolic ones would add guards the meta kernel may not.
+    for _, x in ops:
+        got = tuple(x.shape)
+        if not all([type(n) is int for n in got]) or got != shape:
+            return None
+    return TensorMeta(shape, tuple(self_.stride()), self_.dtype, self_.storage_offset())
+
+
 def _plan(func, args, kwargs):
     """Decisions for one call, from metadata only (cached per signature by ``planned``)."""
     mesh, coord = spec_of(func, args, kwargs)
     ops = _operands(args, kwargs)
     has_scalars = any(isinstance(a, (int, float, bool, complex)) and not isinstance(a, torch.Tensor) for a in args[1:])
-    meta = global_meta(func, args, kwargs)
-    m0 = meta if type(meta) is TensorMeta else meta[0]
     written = bool(ShardedTensor.op_aliasing(func).writes)
+    meta = _written_meta(args, ops) if written else None
+    if meta is None:
+        meta = global_meta(func, args, kwargs)
+    m0 = meta if type(meta) is TensorMeta else meta[0]
     if written:
         self_ = args[0]
         if type(self_) is not ShardedTensor:
