@@ -77,6 +77,37 @@ def test_tied_parameters_stay_tied():
     assert len(list(model.parameters())) == 1
 
 
+class _Shared(torch.nn.Module):
+    """A module held by the root and by a block (the block's unit gathers it: its first place)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(5, 4)
+        head = torch.nn.Linear(4, 4)
+        self.blocks = torch.nn.ModuleList([torch.nn.Sequential(torch.nn.LayerNorm(4), torch.nn.Linear(4, 4)),
+                                           torch.nn.Sequential(head)])
+        self.head = head
+
+    def forward(self, ids):
+        h = self.emb(ids)
+        for block in self.blocks:
+            h = block(h)
+        return self.head(h)
+
+
+def test_shared_module_compiled_matches_dense():
+    torch.manual_seed(0)
+    dense = _Shared()
+    model = data_parallel(copy.deepcopy(dense), MeshRef.local(), mode="replicate")
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    ids = torch.tensor([[0, 3, 1], [4, 2, 2]])
+    for net in (dense, compiled):
+        net(ids).square().sum().backward()
+    torch.testing.assert_close(compiled(ids), dense(ids))
+    for (name, d), k in zip(dense.named_parameters(), model.parameters()):
+        torch.testing.assert_close(k.grad.full_tensor(), d.grad, msg=name)
+
+
 def test_a_unit_of_mixed_dtypes_computes_each_in_its_own():
     # One bucket moves a float32 and a float64 Linear: each is gathered back in its own dtype,
     # so the model (eager and compiled) computes as the dense one, gradients in each dtype.
