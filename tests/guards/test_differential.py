@@ -63,8 +63,10 @@ def _quiet_dynamo():
     logging.disable(logging.NOTSET)
 
 
+# Both tests have fixed seeds, so CI checks the same sequences every run; their counts are
+# sized to the suite's 30-minute budget (each example compiles a few frames, a few tenths of a second).
 @seed(20240611)
-@settings(max_examples=300, derandomize=False, **_SETTINGS)
+@settings(max_examples=150, derandomize=False, **_SETTINGS)
 @given(_gen.sequences())
 def test_predicted_recompiles_equal_dynamo(seq):
     _run(seq)
@@ -72,7 +74,7 @@ def test_predicted_recompiles_equal_dynamo(seq):
 
 @pytest.mark.slow
 @seed(7)
-@settings(max_examples=300, derandomize=False, **_SETTINGS)
+@settings(max_examples=100, derandomize=False, **_SETTINGS)
 @given(_gen.sequences(max_calls=6))
 def test_predicted_recompiles_equal_dynamo_longer(seq):
     _run(seq)
