@@ -126,8 +126,6 @@ def add(boundary: Any, e: Entry) -> None:
     boundary._table.setdefault(e.sig, []).append(e)
 
 
-
-
 def _on_record(e: Entry, leaves: list, spec: Any, rebuilt: list) -> None:
     rec = record_from(leaves, spec, rebuilt, sized=e.free > 0)
     if e.record is not None and e.record != rec:

@@ -118,9 +118,8 @@ class _Unit:
     """A group of parameters gathered in one collective when ``module`` runs: the root and
     each block of a ModuleList/ModuleDict (a transformer's layers), as FSDP wraps them.
 
-    ``sources``: (module, name) of each distinct stored parameter (the bucket's inputs);
-    ``read``: ``read(unit_module)`` returns them, each read through the unit module's own
-    submodule path (see :func:`_reader`); ``tp``: (bucket index, TP spec) of each parameter
+    ``read``: ``read(unit_module)`` returns each distinct stored parameter (the bucket's
+    inputs), read through the unit module's own submodule path (see :func:`_reader`); ``tp``: (bucket index, TP spec) of each parameter
     the forward rebuilds on its TP mesh; ``live``: while ``module``'s forward runs, the
     gathered parameters by bucket index (a member module's ``_kit_slots`` maps its
     parameter names there), else None.
@@ -128,8 +127,8 @@ class _Unit:
     The forward's bookkeeping is one attribute set and reset, not a write per parameter:
     ``torch.compile`` interprets every bytecode of it (and guards what it reads)."""
 
-    def __init__(self, base_forward, bucket, sources: tuple, read, tp: tuple):
-        self.base_forward, self.bucket, self.sources, self.read, self.tp = base_forward, bucket, sources, read, tp
+    def __init__(self, base_forward, bucket, read, tp: tuple):
+        self.base_forward, self.bucket, self.read, self.tp = base_forward, bucket, read, tp
         self.live: tuple | None = None
 
 
@@ -275,7 +274,7 @@ def _make_unit(unit_mod: nn.Module, ref: MeshRef, shard_dim, mp: MixedPrecisionP
                     tp.append((index[id(p)], s.tp))
     bucket = Bucket(ref, tuple(shapes), shard_dim, mp.param_dtype, mp.reduce_dtype)
     read = _reader(tuple((paths[id(m)], n) for m, n in sources))
-    unit = _Unit(type(unit_mod).forward, bucket, tuple(sources), read, tuple(tp))
+    unit = _Unit(type(unit_mod).forward, bucket, read, tuple(tp))
     for mod, names in got:
         mod._kit_owner = unit
         mod._kit_slots = {n: index[id(mod._parameters[n])] for n in names}

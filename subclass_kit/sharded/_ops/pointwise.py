@@ -174,10 +174,11 @@ def _plan(func, args, kwargs):
     mesh, coord = spec_of(func, args, kwargs)
     ops = _operands(args, kwargs)
     has_scalars = any(isinstance(a, (int, float, bool, complex)) and not isinstance(a, torch.Tensor) for a in args[1:])
-    written = bool(ShardedTensor.op_aliasing(func).writes)
+    writes = ShardedTensor.op_aliasing(func).writes
+    written = bool(writes)
     # Only an op that writes its first argument (``add_``), not an ``out=`` one: there the
     # result takes the out tensor's dtype, not the input's.
-    meta = _written_meta(args, ops) if written and ShardedTensor.op_aliasing(func).writes[0][0] == 0 else None
+    meta = _written_meta(args, ops) if written and writes[0][0] == 0 else None
     if meta is None:
         meta = global_meta(func, args, kwargs)
     m0 = meta if type(meta) is TensorMeta else meta[0]
