@@ -21,6 +21,8 @@ first samples have no even dim), written as ``timing.json`` and
 ratios (over all, and over the ops where both issued the same collectives), the 20 ops
 slowest relative to DTensor (in either set), and every op's ratios. ``--impls ''`` skips
 the coverage sweeps (time only). The timing pass takes about as long as the kit's sweep.
+``--every N`` keeps every Nth entry (``--every 8``: 193 op-layout pairs, a few minutes), to
+time two trees side by side on the same subset.
 """
 
 from __future__ import annotations
@@ -208,9 +210,11 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds per op and layout")
     ap.add_argument("--time-samples", type=int, default=8,
                     help="samples searched for the first one a layout applies to, in the timing pass")
+    ap.add_argument("--every", type=int, default=1,
+                    help="only every Nth op_db entry (a quick subset, e.g. two trees timed side by side)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    names = a.ops.split(",") if a.ops else _sweep.op_names()
+    names = (a.ops.split(",") if a.ops else _sweep.op_names())[::max(1, a.every)]
     logf = open(os.path.join(a.out, "log.txt"), "a")
 
     def log(msg):

@@ -18,11 +18,12 @@ from ...ctx import ctx_of
 from ..errors import MeshError, UnsupportedOpError
 from ..placements import Placement, Replicate, Shard, render
 from .._redistribute import redistribute_local
-from ..tensor import ShardedTensor, describe, out_spec, spec, wrap
+from ..tensor import ShardedTensor, describe, out_spec, spec, wrap, wrap_out_spec
 
 __all__ = [
     "TensorMeta", "spec_of", "global_meta", "planned", "move", "move_plain", "wrap_out",
-    "aligned", "unsupported", "aten", "check_writable", "fast_plan", "on_locals", "stays", "runner",
+    "aligned", "unsupported", "aten", "check_writable", "fast_plan", "on_locals", "on_locals_kw", "plain_values",
+    "stays", "runner",
 ]
 
 aten = torch.ops.aten
@@ -376,8 +377,38 @@ def move_args(args, moves, mesh, coord) -> list:
 
 
 def wrap_out(local, meta: TensorMeta, mesh, placements, coord) -> ShardedTensor:
-    """Wrap a local result with its global metadata."""
+    """Wrap a local result with its global metadata.
+
+    A rule's general path (operands moved first, results of several views) passes the
+    ``meta`` and ``placements`` objects its cached plan holds, call after call: the builder
+    ``fast_plan`` would make for them is kept per their identity, so such a result costs
+    one lookup and the wrapper, not the ctx and signature lookups of ``wrap``.
+    """
+    key = (id(meta), id(placements))
+    hit = _WRAPS.get(key)
+    if hit is not None and hit[0] is meta and hit[1] is placements and hit[2] is mesh and hit[3] is coord:
+        make = hit[4]
+        if make:
+            return make(local)
+        if make is None:
+            # Seen a second time: a plan's objects (a rule that builds its placements per
+            # call only ever misses, and pays no builder for it).
+            o = out_spec(mesh, placements, coord, meta.shape, meta.stride, meta.dtype, meta.offset)
+            if o.sig is None:  # symbolic sizes: never built this way
+                _WRAPS[key] = (meta, placements, mesh, coord, False)
+                return wrap_out_spec(local, o)
+            make = ShardedTensor.parts_builder(o.ctx, size=o.shape, stride=o.stride, offset=o.offset, **o.state)
+            _WRAPS[key] = (meta, placements, mesh, coord, make)
+            return make(local)
+    elif type(meta) is TensorMeta:
+        if len(_WRAPS) >= 4096:
+            _WRAPS.clear()
+        # The entry holds the objects, so their ids are not reused while it exists.
+        _WRAPS[key] = (meta, placements, mesh, coord, None)
     return wrap(local, mesh, placements, coord, meta.shape, meta.stride, meta.dtype, meta.offset)
+
+
+_WRAPS: dict = {}
 
 
 def fast_plan(func, meta, mesh, placements, coord, args=None, kwargs=None):
@@ -445,6 +476,33 @@ def on_locals(op, make, args):
     return run
 
 
+def on_locals_kw(op, make, args):
+    """``run(args, kwargs)``: ``on_locals``'s ``run`` for a plan made for a call with keyword
+    arguments (plain values: a dtype, ``rounding_mode=``, ``keepdim=``), passed on as given.
+    A plan's key pins their names (and the values that decide anything), so such a plan is
+    only ever hit by calls that pass them."""
+    where = tuple([type(a) is ShardedTensor for a in args])
+    lead = _leading(where)
+    if lead == 1:
+        def run(args, kwargs):
+            return make(op(args[0].local, *args[1:], **kwargs))
+    elif lead == 2:
+        def run(args, kwargs):
+            return make(op(args[0].local, args[1].local, *args[2:], **kwargs))
+    else:
+        def run(args, kwargs):
+            return make(op(*[a.local if type(a) is ShardedTensor else a for a in args], **kwargs))
+    return run
+
+
+def plain_values(kwargs) -> bool:
+    """True when no keyword argument is a tensor (or holds one): a fast path may pass them on."""
+    for v in kwargs.values():
+        if isinstance(v, torch.Tensor) or (type(v) in _SEQ and any(isinstance(b, torch.Tensor) for b in v)):
+            return False
+    return True
+
+
 def _leading(where: tuple) -> int:
     """How many leading arguments are ShardedTensors when no later one is (else -1)."""
     n = 0
@@ -472,11 +530,13 @@ def stays(a, target) -> bool:
     return not isinstance(a, torch.Tensor) or all(p.is_replicate() for p in target)
 
 
-def runner(func, metas, mesh, outs, coord, args):
+def runner(func, metas, mesh, outs, coord, args, kwargs=None):
     """``run(args)`` for an op with several results when no argument moves: the op on the
     locals, each tensor result built from what the plan knows (``fast_plan`` per result;
     None for a result that is None or not a tensor). None when a result cannot be built
-    that way (symbolic sizes). ``args``: the call the plan is for (see ``fast_plan``)."""
+    that way (symbolic sizes). ``args``: the call the plan is for (see ``fast_plan``).
+    ``kwargs``: the call's keyword arguments, plain values (``var_mean``'s ``correction=``):
+    then ``run(args, kwargs)`` passes them on (see ``on_locals_kw``)."""
     makes = []
     for m, pl in zip(metas, outs):
         if type(m) is TensorMeta:
@@ -486,7 +546,13 @@ def runner(func, metas, mesh, outs, coord, args):
             makes.append(fp[1])
         else:
             makes.append(None)
-    op, makes = _op_for(func, args, None), tuple(makes)
+    op, makes = _op_for(func, args, kwargs), tuple(makes)
+    if kwargs:
+        def run_kw(args, kwargs):
+            res = op(*[a.local if type(a) is ShardedTensor else a for a in args], **kwargs)
+            return tuple([None if r is None or mk is None else mk(r) for r, mk in zip(res, makes)])
+
+        return run_kw
     call = _on_locals_call(op, args)
     if len(makes) == 2 and None not in makes:  # nll_loss's (loss, total_weight)
         m0, m1 = makes

@@ -12,7 +12,7 @@ from __future__ import annotations
 from .._layout import local_shape
 from ..placements import Partial, Replicate
 from ..tensor import ShardedTensor, spec
-from ._common import aten, fast_plan, global_meta, on_locals, planned, wrap_out
+from ._common import aten, fast_plan, global_meta, on_locals, on_locals_kw, plain_values, planned, wrap_out
 
 __all__ = ["like_factory", "new_factory", "is_same_size"]
 
@@ -29,7 +29,7 @@ def like_factory(func, types, args, kwargs):
     """Same layout as the input (Partial becomes Replicate)."""
     meta, pl, mesh, coord, fast = _like_plan(func, args, kwargs)
     if fast is not None:
-        return fast(args)
+        return fast(args, kwargs) if kwargs else fast(args)
     return wrap_out(func(args[0].local, *args[1:], **kwargs), meta, mesh, pl, coord)
 
 
@@ -44,11 +44,11 @@ def _like_decide(func, args, kwargs):
         pl = _no_partial(pl)
     meta = global_meta(func, args, kwargs)
     fast = None
-    if not kwargs:
-        # dropout's empty_like, an optimizer's zeros_like: the op on the local, the result
-        # built from what the plan knows.
-        fp = fast_plan(func, meta, mesh, pl, coord, args)
-        fast = None if fp is None else on_locals(*fp, args)
+    if plain_values(kwargs):
+        # dropout's empty_like, an optimizer's zeros_like (torch passes pin_memory=): the op
+        # on the local, the result built from what the plan knows.
+        fp = fast_plan(func, meta, mesh, pl, coord, args, kwargs)
+        fast = None if fp is None else on_locals_kw(*fp, args) if kwargs else on_locals(*fp, args)
     return meta, pl, mesh, coord, fast
 
 
@@ -65,6 +65,15 @@ _NEW = {
 def new_factory(func, types, args, kwargs):
     """A new tensor of a global size: sharded like the input if the size is the input's
     (``new_empty``/``new_empty_strided``: Partial too)."""
+    meta, pl, mesh, coord, lsize, lstride = _new_plan(func, args, kwargs)
+    if lstride is None:
+        local = func(args[0].local, lsize, *args[2:], **kwargs)
+    else:
+        local = func(args[0].local, lsize, lstride, *args[3:], **kwargs)
+    return wrap_out(local, meta, mesh, pl, coord)
+
+
+def _new_decide(func, args, kwargs):
     x = args[0]
     mesh, cur, coord = spec(x)
     size = tuple(args[1])
@@ -76,7 +85,7 @@ def new_factory(func, types, args, kwargs):
     empty = func in (aten.new_empty.default, aten.new_empty_strided.default)
     pl = (cur if empty else _no_partial(cur)) if same else (Replicate(),) * mesh.ndim
     lsize = local_shape(size, pl, mesh.shape, coord)
-    rest = list(args[2:])
+    lstride = None
     if func is aten.new_empty_strided.default:
         from .._layout import contiguous_strides
 
@@ -87,9 +96,11 @@ def new_factory(func, types, args, kwargs):
         for d in reversed(list(order)):
             st[d] = acc
             acc = acc * lsize[d]
-        rest[0] = st if len(size) else contiguous_strides(lsize)
-    local = func(x.local, lsize, *rest, **kwargs)
-    return wrap_out(local, meta, mesh, pl, coord)
+        lstride = st if len(size) else contiguous_strides(lsize)
+    return meta, pl, mesh, coord, lsize, lstride
+
+
+_new_plan = planned(_new_decide)
 
 
 @ShardedTensor.implements(aten.is_same_size.default)

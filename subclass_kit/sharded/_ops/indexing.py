@@ -37,6 +37,7 @@ from ._common import (
     move,
     move_plain,
     on_locals,
+    runner,
     planned,
     spec_of,
     wrap_out,
@@ -211,6 +212,15 @@ def along_decide(func, args, kwargs):
 
             def fast(args, kwargs, op=op, make=make):
                 return make(op(args[0].local, *args[1:], **kwargs))
+        elif type(meta) in _SEQ:
+            # Several results (max/min over a dim, topk, cummax, var_mean): each built from
+            # what the plan knows, every one in the output layout.
+            run = runner(func, meta, mesh, (out_pl,) * len(meta), coord, args, kwargs)
+            if run is not None and kwargs:
+                fast = run
+            elif run is not None:
+                def fast(args, kwargs, run=run):
+                    return run(args)
     return meta, target, out_pl, mesh, coord, fast
 
 

@@ -25,7 +25,8 @@ from ...ctx import ctx_of
 from ..placements import Partial, Placement, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of, sig_of, spec
 from .generic import TAG_RULES, computed_whole
-from ._common import TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, fast_plan, on_locals, planned, spec_of, wrap_out
+from ._common import (TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, fast_plan, on_locals,
+                      on_locals_kw, plain_values, planned, spec_of, wrap_out)
 
 __all__ = ["pointwise", "rule_for", "whole_view"]
 
@@ -208,13 +209,15 @@ def _plan(func, args, kwargs):
     # The fast path, when nothing moves and nothing is written: the op on the locals, and
     # the result built from what the plan already knows (see pointwise below).
     fast = None
-    if not written and not kwargs and all(type(a) is not list and type(a) is not tuple for a in args) and all(
+    # (Keyword arguments that are plain values -- a cast's dtype=, rounding_mode=,
+    # decimals= -- pass on as given: the plan's key pins their names.)
+    if not written and plain_values(kwargs) and all(type(a) is not list and type(a) is not tuple for a in args) and all(
         (placements_of(args[w]) == t) if type(args[w]) is ShardedTensor else all(p.is_replicate() for p in t)
         for w, t in moves
     ):
-        fast = fast_plan(func, meta, mesh, out_pl, coord, args)
+        fast = fast_plan(func, meta, mesh, out_pl, coord, args, kwargs)
         if fast is not None:
-            fast = on_locals(*fast, args)
+            fast = on_locals_kw(*fast, args) if kwargs else on_locals(*fast, args)
     return fast, meta, out_pl, tuple(moves), written, mesh, coord
 
 
@@ -233,7 +236,7 @@ def pointwise(func, types, args, kwargs):
     if plan is _WHOLE:
         return computed_whole(func, types, args, kwargs)
     if plan[0] is not None:
-        return plan[0](args)
+        return plan[0](args, kwargs) if kwargs else plan[0](args)
     _, meta, out_pl, moves, written, mesh, coord = plan
     if written and args[0]._gathered_view is not None:
         check_writable(func, args, kwargs, args[0])

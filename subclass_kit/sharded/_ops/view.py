@@ -149,7 +149,9 @@ _permute_plan = planned(_permute_decide)
 
 @ShardedTensor.implements(aten.unsqueeze.default)
 def unsqueeze(func, types, args, kwargs):
-    meta, dim, pl = _unsqueeze_plan(func, args, kwargs)
+    meta, dim, pl, fast = _unsqueeze_plan(func, args, kwargs)
+    if fast is not None and args[0]._gathered_view is None:
+        return _fast_view(fast, args)
     return _finish(func, args, kwargs, func(args[0].local, dim), meta, pl)
 
 
@@ -184,16 +186,35 @@ def complex_view(func, types, args, kwargs):
 def expand(func, types, args, kwargs):
     """The shard follows its dim; a broadcast sharded dim is gathered first."""
     x = args[0]
+    meta, bad, pl, size, fast = _expand_plan(func, args, kwargs)
+    if fast is not None and x._gathered_view is None:
+        op, make = fast
+        out = make(op(x.local, size, *args[2:]))
+        _alias(out, x)
+        return out
+    local, _ = _release(x, bad)
+    return _finish(func, args, kwargs, func(local, size, *args[2:], **kwargs), meta, pl, local is not x.local)
+
+
+def _expand_decide(func, args, kwargs):
+    x = args[0]
     meta = global_meta(func, args, kwargs)
     lead = len(meta.shape) - x.dim()
-    bad = {p.dim for p in placements_of(x) if p.is_shard() and x.shape[p.dim] == 1 and meta.shape[p.dim + lead] != 1}
-    local, pl = _release(x, bad)
+    cur = placements_of(x)
+    bad = {p.dim for p in cur if p.is_shard() and x.shape[p.dim] == 1 and meta.shape[p.dim + lead] != 1}
+    target = tuple(Replicate() if p.is_shard() and p.dim in bad else p for p in cur)
+    # The local's size: the global one, but each kept shard's dim at the local's size.
     size = list(meta.shape)
-    for p in pl:
+    local_size = x.local.shape
+    for p in target:
         if p.is_shard():
-            size[p.dim + lead] = local.size(p.dim)
-    pl = _shift(pl, lambda d: d + lead)
-    return _finish(func, args, kwargs, func(local, size, *args[2:], **kwargs), meta, pl, local is not x.local)
+            size[p.dim + lead] = local_size[p.dim]
+    pl = _shift(target, lambda d: d + lead)
+    fast = None if bad else _fast_of(func, args, kwargs, meta, pl)
+    return meta, bad, pl, size, fast
+
+
+_expand_plan = planned(_expand_decide)
 
 
 _DIM_ARG = {
@@ -210,7 +231,9 @@ _DROPS_DIM = {aten.select.int, aten.unbind.int}
 @ShardedTensor.implements(*_DIM_ARG)
 def along_dim(func, types, args, kwargs):
     """Indexing along one dim: local when it is not sharded, else after gathering it."""
-    meta, target, pl = _along_plan(func, args, kwargs)
+    meta, target, pl, fast = _along_plan(func, args, kwargs)
+    if fast is not None and args[0]._gathered_view is None:
+        return fast(args)
     local = move(args[0], target)
     return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, pl, local is not args[0].local)
 
@@ -223,7 +246,38 @@ def _along_decide(func, args, kwargs):
     cur = placements_of(x)
     target = tuple(Replicate() if p.is_shard() and p.dim == dim else p for p in cur)
     pl = _shift(target, lambda d: d - (d > dim)) if func in _DROPS_DIM else target
-    return global_meta(func, args, kwargs), target, pl
+    meta = global_meta(func, args, kwargs)
+    fast = None
+    if target == cur:  # nothing gathered: the view of the local, planned
+        if type(meta) is TensorMeta:
+            fp = _fast_of(func, args, kwargs, meta, pl)
+            fast = None if fp is None else lambda args, fp=fp: _fast_view(fp, args)
+        elif not kwargs and ShardedTensor.op_aliasing(func).view_pairs == ((0, 0),):
+            fast = _fast_views(func, args, meta, pl)
+    return meta, target, pl, fast
+
+
+def _fast_views(func, args, metas, pl):
+    """``run(args)`` for a view op with several results (split, unbind), each viewing
+    ``args[0]``, when nothing is gathered: the op on the local, each result built from
+    what the plan knows and aliased as ``correct_aliasing`` would; None under symbolic sizes."""
+    mesh, _, coord = spec(args[0])
+    makes = []
+    for m in metas:
+        fp = fast_plan(func, m, mesh, pl, coord) if type(m) is TensorMeta else None
+        if fp is None:
+            return None
+        makes.append(fp[1])
+    op = _compat.raw_op(func)
+
+    def run(args):
+        x = args[0]
+        out = [mk(r) for mk, r in zip(makes, op(x.local, *args[1:]))]
+        for o in out:
+            _alias(o, x)
+        return out
+
+    return run
 
 
 _along_plan = planned(_along_decide)
@@ -231,7 +285,8 @@ _along_plan = planned(_along_decide)
 
 def _unsqueeze_decide(func, args, kwargs):
     x, dim = args[0], args[1] % (args[0].dim() + 1)
-    return global_meta(func, args, kwargs), dim, _shift(placements_of(x), lambda d: d + (d >= dim))
+    meta, pl = global_meta(func, args, kwargs), _shift(placements_of(x), lambda d: d + (d >= dim))
+    return meta, dim, pl, _fast_of(func, args, kwargs, meta, pl)
 
 
 _unsqueeze_plan = planned(_unsqueeze_decide)
