@@ -107,6 +107,19 @@ def _replicated(func, args, kwargs):
 _replicated_plan = planned(_replicated)
 
 
+# The *_copy forms of views whose view has a rule: the view, then a contiguous clone (what
+# torch's reference does, whose view is prims' reshape: a dozen dispatches per call).
+_COPY_OF_VIEW = {
+    aten.view_copy.default: aten.view.default, aten.permute_copy.default: aten.permute.default,
+    aten.t_copy.default: aten.t.default, aten.transpose_copy.int: aten.transpose.int,
+    aten.unsqueeze_copy.default: aten.unsqueeze.default, aten.squeeze_copy.default: aten.squeeze.default,
+    aten.expand_copy.default: aten.expand.default, aten.alias_copy.default: aten.alias.default,
+    aten.diagonal_copy.default: aten.diagonal.default, aten.unbind_copy.int: aten.unbind.int,
+    aten.split_with_sizes_copy.default: aten.split_with_sizes.default,
+    aten.unfold_copy.default: aten.unfold.default,
+}
+
+
 @ShardedTensor.implements(*_DECOMPOSED)
 def decomposed(func, types, args, kwargs):
     """Run torch's decomposition of ``func`` on the ShardedTensors (each step by its rule),
@@ -114,6 +127,12 @@ def decomposed(func, types, args, kwargs):
     run = _replicated_plan(func, args, kwargs)
     if run is not _DECOMPOSE:
         return run(args, kwargs)
+    view = _COPY_OF_VIEW.get(func)
+    if view is not None:
+        out = view(*args, **kwargs)
+        if type(out) in (list, tuple):
+            return [o.clone(memory_format=torch.contiguous_format) for o in out]
+        return out.clone(memory_format=torch.contiguous_format)
     return _compat.decomposition(func)(*args, **kwargs)
 
 

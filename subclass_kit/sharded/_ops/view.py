@@ -27,10 +27,14 @@ from ._common import TensorMeta, aten, global_meta, move, fast_plan, planned, sp
 __all__ = ["detach", "permute_like", "expand", "along_dim", "diagonal", "complex_view"]
 
 
+def _released(x, dims) -> tuple:
+    """``x``'s placements with the mesh dims sharding any of ``dims`` gathered."""
+    return tuple(Replicate() if p.is_shard() and p.dim in dims else p for p in placements_of(x))
+
+
 def _release(x, dims) -> tuple:
     """``x``'s local with mesh dims sharding any of ``dims`` gathered; and its placements."""
-    pl = placements_of(x)
-    target = tuple(Replicate() if p.is_shard() and p.dim in dims else p for p in pl)
+    target = _released(x, dims)
     return move(x, target), target
 
 
@@ -157,6 +161,15 @@ def unsqueeze(func, types, args, kwargs):
 
 @ShardedTensor.implements(aten.squeeze.default, aten.squeeze.dim, aten.squeeze.dims)
 def squeeze(func, types, args, kwargs):
+    meta, target, pl, gone, fast = _squeeze_plan(func, args, kwargs)
+    x = args[0]
+    if fast is not None and x._gathered_view is None:
+        return _fast_view(fast, args)
+    local = move(x, target)
+    return _finish(func, args, kwargs, aten.squeeze.dims(local, gone), meta, pl, local is not x.local)
+
+
+def _squeeze_decide(func, args, kwargs):
     x = args[0]
     nd = x.dim()
     if func is aten.squeeze.default:
@@ -166,20 +179,35 @@ def squeeze(func, types, args, kwargs):
     else:
         cand = [d % nd for d in args[1]] if nd else []
     gone = sorted(d for d in cand if x.shape[d] == 1)
-    local, pl = _release(x, set(gone))
-    meta = global_meta(func, args, kwargs)
-    pl = _shift(pl, lambda d: d - sum(g < d for g in gone))
-    return _finish(func, args, kwargs, aten.squeeze.dims(local, gone), meta, pl, local is not x.local)
+    target, meta = _released(x, set(gone)), global_meta(func, args, kwargs)
+    pl = _shift(target, lambda d: d - sum(g < d for g in gone))
+    fast = _fast_of(func, args, kwargs, meta, pl) if target == placements_of(x) else None
+    return meta, target, pl, gone, fast
+
+
+_squeeze_plan = planned(_squeeze_decide)
 
 
 @ShardedTensor.implements(aten.view_as_real.default, aten.view_as_complex.default)
 def complex_view(func, types, args, kwargs):
     """``view_as_real`` (a new last dim of 2) keeps every shard and Partial;
     ``view_as_complex`` gathers a shard of the last dim (the pairs it merges), keeps the rest."""
+    meta, target, fast = _complex_plan(func, args, kwargs)
     x = args[0]
-    local, pl = _release(x, {x.dim() - 1} if func is aten.view_as_complex.default else set())
+    if fast is not None and x._gathered_view is None:
+        return _fast_view(fast, args)
+    local = move(x, target)
+    return _finish(func, args, kwargs, func(local), meta, target, local is not x.local)
+
+
+def _complex_decide(func, args, kwargs):
+    x = args[0]
+    target = _released(x, {x.dim() - 1} if func is aten.view_as_complex.default else set())
     meta = global_meta(func, args, kwargs)
-    return _finish(func, args, kwargs, func(local), meta, pl, local is not x.local)
+    return meta, target, _fast_of(func, args, kwargs, meta, target) if target == placements_of(x) else None
+
+
+_complex_plan = planned(_complex_decide)
 
 
 @ShardedTensor.implements(aten.expand.default)
@@ -296,14 +324,27 @@ _unsqueeze_plan = planned(_unsqueeze_decide)
 def diagonal(func, types, args, kwargs):
     """The two diagonal dims are gathered; the other shards move to their place among the
     kept dims (the diagonal becomes the last dim)."""
+    meta, target, pl, fast = _diagonal_plan(func, args, kwargs)
+    x = args[0]
+    if fast is not None and x._gathered_view is None:
+        return _fast_view(fast, args)
+    local = move(x, target)
+    return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, pl, local is not x.local)
+
+
+def _diagonal_decide(func, args, kwargs):
     x = args[0]
     nd = x.dim()
     d1 = (args[2] if len(args) > 2 else kwargs.get("dim1", 0)) % nd
     d2 = (args[3] if len(args) > 3 else kwargs.get("dim2", 1)) % nd
-    local, pl = _release(x, {d1, d2})
+    target = _released(x, {d1, d2})
     kept = [d for d in range(nd) if d not in (d1, d2)]
     meta = global_meta(func, args, kwargs)
-    return _finish(func, args, kwargs, func(local, *args[1:], **kwargs), meta, _shift(pl, kept.index), local is not x.local)
+    pl = _shift(target, kept.index)
+    return meta, target, pl, _fast_of(func, args, kwargs, meta, pl) if target == placements_of(x) else None
+
+
+_diagonal_plan = planned(_diagonal_decide)
 
 
 def _cat_decide(func, args, kwargs):
