@@ -363,6 +363,42 @@ def test_gather_cat_stack_of_operands_already_laid_out_are_one_fast_call(pl):
         assert view._cat_plan.plans[_common._key(func, ([xa, xb],), {}, False)][-1] is not None
 
 
+@pytest.mark.parametrize("pl", [Replicate(), Shard(1)], ids=repr)
+def test_planned_fast_paths_equal_dense_keep_placements_and_alias_views(pl):
+    # Casts and factories with keyword arguments (torch passes dtype=, pin_memory=), views of
+    # the local (one result or several), results of several tensors: on the plan's miss and
+    # its hit, dense values, the rule's placements, a view aliasing its input, and the
+    # *_copy forms a contiguous copy.
+    from subclass_kit.sharded._ops import _common, pointwise, view
+
+    aten = torch.ops.aten
+    d = torch.randn(4, 6, 1, generator=torch.Generator().manual_seed(7))
+    x = distribute(d, LOCAL, [pl])
+    cases = [
+        (lambda t: t.double(), False), (lambda t: t.to(torch.int64), False), (torch.zeros_like, False),
+        (lambda t: t.new_zeros((3, 2)), False), (lambda t: torch.round(t, decimals=2), False),
+        (lambda t: t.unsqueeze(0), True), (lambda t: t.expand(2, 4, 6, 5), True), (lambda t: t.select(0, 1), True),
+        (lambda t: t[1:3], True), (lambda t: t.squeeze(2), True), (lambda t: t.diagonal(0, 0, 2), True),
+        (lambda t: t.split(2, 0), True), (lambda t: torch.max(t, 0), False),
+        (lambda t: torch.var_mean(t, 0, correction=0), False), (lambda t: torch.permute_copy(t, (2, 0, 1)), False),
+    ]
+    for fn, is_view in cases:
+        want = fn(d)
+        seen = []
+        for _ in range(2):  # the plan's miss and its hit
+            got = fn(x)
+            for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                assert type(g) is ShardedTensor and not g.placements[0].is_partial()
+                seen.append(g.placements)
+                torch.testing.assert_close(g.full_tensor(), w)
+                assert (g.untyped_storage()._cdata == x.untyped_storage()._cdata) == is_view
+                assert g.stride() == w.stride() and g.local.is_contiguous() or is_view
+        assert seen[:len(seen) // 2] == seen[len(seen) // 2:]
+    keyed = _common._key(aten._to_copy.default, (x,), {"dtype": torch.float64}, True)
+    assert pointwise._planned.plans[keyed][0] is not None
+    assert view._along_plan.plans[_common._key(aten.split.Tensor, (x, 2), {}, False)][-1] is not None
+
+
 @pytest.mark.parametrize("pl", [Shard(0), Replicate()], ids=repr)
 def test_var_and_std_over_an_unsharded_dim_are_one_plan_hit_on_the_local(pl):
     from subclass_kit import _compat
