@@ -397,9 +397,9 @@ def wrap_out(local, meta: TensorMeta, mesh, placements, coord) -> ShardedTensor:
             if o.sig is None:  # symbolic sizes: never built this way
                 _WRAPS[key] = (meta, placements, mesh, coord, False)
                 return wrap_out_spec(local, o)
-            make = ShardedTensor.parts_builder(o.ctx, size=o.shape, stride=o.stride, offset=o.offset, **o.state)
-            _WRAPS[key] = (meta, placements, mesh, coord, make)
-            return make(local)
+            built: Any = ShardedTensor.parts_builder(o.ctx, size=o.shape, stride=o.stride, offset=o.offset, **o.state)
+            _WRAPS[key] = (meta, placements, mesh, coord, built)
+            return built(local)
     elif type(meta) is TensorMeta:
         if len(_WRAPS) >= 4096:
             _WRAPS.clear()
