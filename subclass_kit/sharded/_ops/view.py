@@ -164,7 +164,11 @@ def squeeze(func, types, args, kwargs):
     meta, target, pl, gone, fast = _squeeze_plan(func, args, kwargs)
     x = args[0]
     if fast is not None and x._gathered_view is None:
-        return _fast_view(fast, args)
+        # squeeze.dims by the global size-1 dims, never func on the local: a shard's local
+        # can be 1 long in a dim whose global size is not (it must stay).
+        out = fast[1](aten.squeeze.dims(x.local, gone))
+        _alias(out, x)
+        return out
     local = move(x, target)
     return _finish(func, args, kwargs, aten.squeeze.dims(local, gone), meta, pl, local is not x.local)
 
