@@ -487,3 +487,49 @@ def reductions_of_empty_shards() -> dict:
             assert torch.equal(out.full_tensor(), f(d)), (name, dtype)
             got[f"{name} {dtype}"] = str(out.placements)
     return got
+
+
+# Ops whose planned fast path runs on the local: a shard's local can be 1 long in a dim
+# whose global size is 2 or 3 (and 0 long where it is 1), which the local alone cannot tell.
+SHORT_LOCAL_OPS = {
+    "squeeze()": lambda t: t.squeeze(),
+    "squeeze(1)": lambda t: t.squeeze(1),
+    "squeeze((1, 2))": lambda t: t.squeeze((1, 2)),
+    "squeeze_copy": lambda t: torch.squeeze_copy(t, 1),
+    "unsqueeze(-1)": lambda t: t.unsqueeze(-1),
+    "expand": lambda t: t.expand(2, *t.shape),
+    "expand size-1 dim": lambda t: t.expand(t.shape[0], t.shape[1], 4),
+    "select dim 0": lambda t: t.select(0, 1),
+    "slice dim 2": lambda t: t[:, :, 0:1],
+    "diagonal(0, 0, 2)": lambda t: t.diagonal(0, 0, 2),
+    "split dim 0": lambda t: t.split(1, 0),
+    "unbind dim 0": lambda t: t.unbind(0),
+    "max over dim 0": lambda t: torch.max(t, 0),
+    "var_mean dim 0": lambda t: torch.var_mean(t, 0, correction=0),
+    "tensordot": lambda t: torch.tensordot(t, t, dims=([0, 2], [0, 2])),
+    "double": lambda t: t.double(),
+    "zeros_like": torch.zeros_like,
+    "new_zeros": lambda t: t.new_zeros(t.shape),
+    "view_as_real": lambda t: torch.view_as_real(t.to(torch.complex64)),
+}
+
+
+def short_local_views() -> dict:
+    """Every op of SHORT_LOCAL_OPS on a ``(2, n, 1)`` tensor sharded on dim 1 (n = 1, 2, 3: a
+    local 0 or 1 long where the global dim is not 1 long), twice (the plan's miss and its hit):
+    the value equals dense's on every rank. Returns each case's result placements."""
+    mesh = _mesh()
+    got = {}
+    for n in (1, 2, 3):
+        d = torch.arange(2 * n, dtype=torch.float32).reshape(2, n, 1) + 1
+        x = distribute(d, mesh, [Shard(1)])
+        for name, fn in SHORT_LOCAL_OPS.items():
+            want = fn(d)
+            for _ in range(2):
+                out = fn(x)
+                outs, wants = (out, want) if isinstance(want, tuple) else ((out,), (want,))
+                for o, w in zip(outs, wants):
+                    assert o.shape == w.shape, (name, n, o.shape, w.shape)
+                    close(o.full_tensor(), w, msg=lambda m: f"{name} n={n}: {m}")
+                got[f"{name} n={n}"] = [str(o.placements) for o in outs]
+    return got

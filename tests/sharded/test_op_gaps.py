@@ -72,6 +72,15 @@ def test_max_and_min_over_a_dim_smaller_than_the_mesh_match_dense_without_hangin
     assert results[0]["amax torch.float32"] == "(Partial('max'),)"
 
 
+def test_fast_paths_on_a_local_shorter_than_its_global_dim_match_dense():
+    # A shard's local is 1 long where the global dim is 2 (and 0 long where it is 1): the
+    # planned fast paths run on the local, and must not take its size for the global one.
+    results = world(2).run(_gap_tasks.short_local_views, timeout=TIMEOUT)
+    assert results[0] == results[1]
+    assert results[0]["squeeze() n=2"] == ["(Shard(1),)"]  # only the global size-1 dim goes
+    assert len(results[0]) == 3 * len(_gap_tasks.SHORT_LOCAL_OPS)
+
+
 @pytest.mark.slow
 def test_backward_through_views_inductor():
     results = world(2).run(_gap_tasks.backward_through_views, "inductor", ("Shard(1)",), timeout=TIMEOUT * 2)

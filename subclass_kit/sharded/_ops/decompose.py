@@ -27,6 +27,20 @@ __all__ = ["decomposed", "composed", "composite_rule"]
 
 aten = torch.ops.aten
 
+# The *_copy forms of views whose view has a rule: the view, then a contiguous clone (what
+# torch's reference does, whose view is prims' reshape: a dozen dispatches per call).
+_COPY_OF_VIEW = {
+    aten.view_copy.default: aten.view.default, aten.permute_copy.default: aten.permute.default,
+    aten.t_copy.default: aten.t.default, aten.transpose_copy.int: aten.transpose.int,
+    aten.unsqueeze_copy.default: aten.unsqueeze.default, aten.squeeze_copy.default: aten.squeeze.default,
+    aten.squeeze_copy.dim: aten.squeeze.dim, aten.squeeze_copy.dims: aten.squeeze.dims,
+    aten.expand_copy.default: aten.expand.default, aten.alias_copy.default: aten.alias.default,
+    aten.diagonal_copy.default: aten.diagonal.default, aten.unbind_copy.int: aten.unbind.int,
+    aten.split_with_sizes_copy.default: aten.split_with_sizes.default,
+    aten.unfold_copy.default: aten.unfold.default,
+}
+
+
 _DECOMPOSED = (
     # products with a vector, a batch, an outer product
     aten.dot.default, aten.vdot.default, aten.mv.default, aten.addmv.default,
@@ -56,11 +70,8 @@ _DECOMPOSED = (
     aten._euclidean_dist.default,
     # vectors and complex numbers by parts
     aten.linalg_cross.default, aten.polar.default, aten.complex.default,
-    # the *_copy forms of views (the view's rule, then a clone), splits and diagonals
-    aten.view_copy.default, aten.permute_copy.default, aten.t_copy.default, aten.transpose_copy.int,
-    aten.unsqueeze_copy.default, aten.squeeze_copy.default, aten.expand_copy.default, aten.alias_copy.default,
-    aten.diagonal_copy.default, aten.unbind_copy.int, aten.split_with_sizes_copy.default,
-    aten.unfold_copy.default, aten.narrow_copy.default, aten.as_strided_copy.default,
+    # the *_copy forms of views (the view's rule, then a clone; the rest by torch's reference)
+    *_COPY_OF_VIEW, aten.narrow_copy.default, aten.as_strided_copy.default,
     aten.unsafe_split.Tensor, aten._chunk_cat.default, aten.rot90.default,
     aten.fill.Scalar, aten.index_fill.int_Tensor,
     # blocks on a diagonal, ranges whose ends are 0-d tensors
@@ -107,17 +118,6 @@ def _replicated(func, args, kwargs):
 _replicated_plan = planned(_replicated)
 
 
-# The *_copy forms of views whose view has a rule: the view, then a contiguous clone (what
-# torch's reference does, whose view is prims' reshape: a dozen dispatches per call).
-_COPY_OF_VIEW = {
-    aten.view_copy.default: aten.view.default, aten.permute_copy.default: aten.permute.default,
-    aten.t_copy.default: aten.t.default, aten.transpose_copy.int: aten.transpose.int,
-    aten.unsqueeze_copy.default: aten.unsqueeze.default, aten.squeeze_copy.default: aten.squeeze.default,
-    aten.expand_copy.default: aten.expand.default, aten.alias_copy.default: aten.alias.default,
-    aten.diagonal_copy.default: aten.diagonal.default, aten.unbind_copy.int: aten.unbind.int,
-    aten.split_with_sizes_copy.default: aten.split_with_sizes.default,
-    aten.unfold_copy.default: aten.unfold.default,
-}
 
 
 @ShardedTensor.implements(*_DECOMPOSED)
