@@ -275,6 +275,9 @@ def time_ops(names, layouts=("R", "S", "P"), max_samples: int = 2, rounds: int =
     """
     from torch.distributed.device_mesh import init_device_mesh
 
+    # One kernel thread per rank: the ranks share the machine's cores, and on two threads a
+    # busy machine slows the kernels 10-100x on both sides, swamping the ratio with noise.
+    torch.set_num_threads(1)
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
     wanted = set(names)
     return {_key(op): {layout: _time_one(op, mesh, layout, max_samples, rounds, budget) for layout in layouts}
