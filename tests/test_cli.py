@@ -12,11 +12,102 @@ import textwrap
 
 import pytest
 
-from kit_helpers.processes import TESTS, cli_command, cli_env, run_cli as run, run_clis
+from kit_helpers.processes import TESTS, cli_command, cli_env, run_clis
+
+# What the file-based commands import, each written to a folder of its own.
+PAIRS_ELSEWHERE = """
+    import sys
+    sys.path.insert(0, %r)
+    from broken_subclasses import GoodPair
+
+    class PairA(GoodPair):
+        pass
+
+    class PairB(GoodPair):
+        pass
+""" % os.path.dirname(os.path.abspath(__file__))
+
+MYTENSORS = """
+    import torch
+    from torch.testing._internal.two_tensor import TwoTensor
+    one = TwoTensor(torch.ones(2, 3), torch.zeros(2, 3))
+    several = [one, TwoTensor(torch.ones(4, 2), torch.ones(4, 2))]
+    def make():
+        return TwoTensor(torch.ones(3, 3), torch.ones(3, 3))
+"""
+
+EXPLAIN_PROG = """
+    import torch
+    from subclass_kit.examples import BlockScaled
+
+    def f(x):
+        return x * 2.0
+
+    def inputs():
+        a = BlockScaled.from_float(torch.randn(64, 8), block=32)
+        b = BlockScaled.from_float(torch.randn(64, 8), block=32)
+        c = BlockScaled.from_float(torch.randn(64, 8), block=16)
+        return [(a,), (b,), (c,)]
+"""
+
+BAD_USAGE = [
+    (["check", "no_such_module_xyz:Thing"], "cannot import module 'no_such_module_xyz'"),
+    (["check", "broken_subclasses:GoodPai"], "has no attribute 'GoodPai'; did you mean GoodPair?"),
+    (["check", "broken_subclasses"], "must be MODULE:ATTR"),
+    (["check", "--backend", "indcutor"], "unknown backend 'indcutor'; did you mean inductor"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["check", "broken_subclasses:PairMeta"], "PairMeta has no __samples__() classmethod"),
+]
 
 
-def test_no_verb_prints_help():
-    r = run()
+@pytest.fixture(scope="module")
+def cli_root(tmp_path_factory):
+    """The folder the module's runs read their files from and write their reports to."""
+    return tmp_path_factory.mktemp("cli")
+
+
+@pytest.fixture(scope="module")
+def runs(cli_root) -> dict:
+    """Every plain ``subclass-kit`` run of this module, one process each as a user runs it,
+    a few at a time (each interpreter spends seconds importing torch and dynamo, the same
+    whether the runs are one after another or side by side); each test reads its own."""
+    root = cli_root
+
+    def folder(name: str, files: dict) -> str:
+        (root / name).mkdir()
+        for f, text in files.items():
+            (root / name / f).write_text(textwrap.dedent(text))
+        return str(root / name)
+
+    elsewhere = folder("files", {"pairs_elsewhere.py": PAIRS_ELSEWHERE})
+    (root / "files" / "elsewhere").mkdir()
+    tensors = folder("tensors", {"mytensors.py": MYTENSORS})
+    prog = folder("explain", {"prog.py": EXPLAIN_PROG})
+    bad_prog = folder("explain_bad", {"prog.py": "def f(x):\n    return x\nINPUTS = []\n"})
+    commands = {
+        "help": [],
+        "bench help": ["bench", "--help"],
+        "broken": ["check", "broken_subclasses:TensorInCtx", "--backend", "eager", "--only", "ctx"],
+        "only typo": ["check", "broken_subclasses:GoodPair", "--backend", "eager", "--only", "compiel"],
+        # one target by path, one by module name: one module, found by the hash child too
+        "files": (["check", f"{elsewhere}/pairs_elsewhere.py:PairA", "pairs_elsewhere:PairB", "--backend", "eager",
+                   "--only", "identity"], f"{elsewhere}/elsewhere"),
+        "instances": (["check", "mytensors:one", "mytensors:several", f"{tensors}/mytensors.py:make", "--backend",
+                       "eager", "--only", "protocol"], tensors),
+        "explain": (["explain", "prog:f", "prog:inputs", "--dynamic", "false"], prog),
+        "explain bad": (["explain", "prog:f", "prog:INPUTS"], bad_prog),
+        "opinfo no target": ["check", "--opinfo", "--ops", "neg,mm", "--only", "opinfo", "--backend", "eager"],
+        "opinfo": ["check", "subclass_kit.examples:TwoTensor", "--opinfo", "--ops", "neg,mm", "--only", "opinfo",
+                   "--backend", "eager", "--json", str(root / "opinfo.json"), "--markdown", str(root / "opinfo.md")],
+        "ops without opinfo": ["check", "subclass_kit.examples:TwoTensor", "--ops", "neg"],
+        "opinfo typo": ["check", "subclass_kit.examples:TwoTensor", "--opinfo", "--ops", "nge", "--backend", "eager"],
+        **{tuple(args): args for args, _ in BAD_USAGE},
+    }
+    return dict(zip(commands, run_clis(*commands.values(), jobs=4)))
+
+
+def test_no_verb_prints_help(runs):
+    r = runs["help"]
     assert r.returncode == 0, r.stderr
     for verb in ("check", "explain", "bench"):
         assert verb in r.stdout
@@ -55,8 +146,8 @@ def test_check_builtin_exemplars_streams_rows_and_writes_json(tmp_path):
     assert "Traceback" not in err
 
 
-def test_check_a_broken_class_exits_1_and_says_what_is_wrong():
-    r = run("check", "broken_subclasses:TensorInCtx", "--backend", "eager", "--only", "ctx")
+def test_check_a_broken_class_exits_1_and_says_what_is_wrong(runs):
+    r = runs["broken"]
     assert r.returncode == 1, r.stdout + r.stderr
     fail_lines = [ln for ln in r.stdout.splitlines() if ln.startswith("FAIL ")]
     assert any("TensorInCtx" in ln and "ctx.tensor_free" in ln and "holds a tensor" in ln and "Fix:" in ln for ln in fail_lines)
@@ -67,74 +158,33 @@ def test_check_a_broken_class_exits_1_and_says_what_is_wrong():
     assert r.stdout.strip().splitlines()[-1].startswith(f"{passed} passed, {n} failed, 0 skipped in ")
 
 
-def test_check_only_with_an_unknown_name_is_a_usage_error():
-    r = run("check", "broken_subclasses:GoodPair", "--backend", "eager", "--only", "compiel")
+def test_check_only_with_an_unknown_name_is_a_usage_error(runs):
+    r = runs["only typo"]
     assert r.returncode == 2, r.stdout + r.stderr
     assert "compiel" in r.stderr and "selects no check" in r.stderr
     assert "compile" in r.stderr and "ctx.hashable" in r.stderr  # the valid names are listed
     assert "PASS" not in r.stdout
 
 
-def test_file_targets_from_another_folder_load_once(tmp_path):
-    mod = tmp_path / "pairs_elsewhere.py"
-    mod.write_text(textwrap.dedent("""
-        import sys
-        sys.path.insert(0, %r)
-        from broken_subclasses import GoodPair
-
-        class PairA(GoodPair):
-            pass
-
-        class PairB(GoodPair):
-            pass
-    """ % os.path.dirname(os.path.abspath(__file__))))
-    other = tmp_path / "elsewhere"
-    other.mkdir()
-    # one target by path, one by module name: one module, found by the hash child too
-    r = run("check", f"{mod}:PairA", "pairs_elsewhere:PairB", "--backend", "eager", "--only", "identity", cwd=str(other))
+def test_file_targets_from_another_folder_load_once(runs):
+    r = runs["files"]
     assert r.returncode == 0, r.stdout + r.stderr
     rows = [ln for ln in r.stdout.splitlines() if ln.startswith(("PASS", "FAIL", "skip"))]
     assert len(rows) == 4 and all(ln.startswith("PASS") for ln in rows), rows
 
 
-def test_check_accepts_instances_lists_and_factories_from_a_file(tmp_path):
-    mod = tmp_path / "mytensors.py"
-    mod.write_text(textwrap.dedent("""
-        import torch
-        from torch.testing._internal.two_tensor import TwoTensor
-        one = TwoTensor(torch.ones(2, 3), torch.zeros(2, 3))
-        several = [one, TwoTensor(torch.ones(4, 2), torch.ones(4, 2))]
-        def make():
-            return TwoTensor(torch.ones(3, 3), torch.ones(3, 3))
-    """))
-    r = run("check", "mytensors:one", "mytensors:several", f"{mod}:make", "--backend", "eager", "--only", "protocol",
-            cwd=tmp_path)
+def test_check_accepts_instances_lists_and_factories_from_a_file(runs):
+    r = runs["instances"]
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("PASS") == 3 * 8 and "all checks passed" in r.stdout
-
-
-BAD_USAGE = [
-    (["check", "no_such_module_xyz:Thing"], "cannot import module 'no_such_module_xyz'"),
-    (["check", "broken_subclasses:GoodPai"], "has no attribute 'GoodPai'; did you mean GoodPair?"),
-    (["check", "broken_subclasses"], "must be MODULE:ATTR"),
-    (["check", "--backend", "indcutor"], "unknown backend 'indcutor'; did you mean inductor"),
-    (["frobnicate"], "invalid choice: 'frobnicate'"),
-    (["check", "broken_subclasses:PairMeta"], "PairMeta has no __samples__() classmethod"),
-]
-
-
-@pytest.fixture(scope="module")
-def bad_usage_runs() -> dict:
-    # One process per command, as ever; started together, each test reads its own.
-    return {tuple(args): r for (args, _), r in zip(BAD_USAGE, run_clis(*(args for args, _ in BAD_USAGE)))}
 
 
 @pytest.mark.parametrize(
     "args, words", BAD_USAGE,
     ids=["unknown-module", "missing-attribute", "not-module-attr", "bad-backend", "bad-verb", "no-samples"],
 )
-def test_bad_usage_exits_2_with_one_line_and_no_traceback(args, words, bad_usage_runs):
-    r = bad_usage_runs[tuple(args)]
+def test_bad_usage_exits_2_with_one_line_and_no_traceback(args, words, runs):
+    r = runs[tuple(args)]
     assert r.returncode == 2
     err = r.stderr.strip().splitlines()
     assert len(err) == 1, r.stderr
@@ -142,21 +192,8 @@ def test_bad_usage_exits_2_with_one_line_and_no_traceback(args, words, bad_usage
     assert "Traceback" not in r.stderr and r.stdout == ""
 
 
-def test_explain_prints_guards_and_recompile_reasons_beside_the_prediction(tmp_path):
-    (tmp_path / "prog.py").write_text(textwrap.dedent("""
-        import torch
-        from subclass_kit.examples import BlockScaled
-
-        def f(x):
-            return x * 2.0
-
-        def inputs():
-            a = BlockScaled.from_float(torch.randn(64, 8), block=32)
-            b = BlockScaled.from_float(torch.randn(64, 8), block=32)
-            c = BlockScaled.from_float(torch.randn(64, 8), block=16)
-            return [(a,), (b,), (c,)]
-    """))
-    r = run("explain", "prog:f", "prog:inputs", "--dynamic", "false", cwd=tmp_path)
+def test_explain_prints_guards_and_recompile_reasons_beside_the_prediction(runs):
+    r = runs["explain"]
     assert r.returncode == 0, r.stdout + r.stderr
     out = r.stdout
     assert "guards for call 0 of prog:f(x):" in out
@@ -169,14 +206,13 @@ def test_explain_prints_guards_and_recompile_reasons_beside_the_prediction(tmp_p
     assert "dynamo: " in out and "kit: " in out and "agrees" in out
 
 
-def test_explain_bad_target_is_bad_usage(tmp_path):
-    (tmp_path / "prog.py").write_text("def f(x):\n    return x\nINPUTS = []\n")
-    r = run("explain", "prog:f", "prog:INPUTS", cwd=tmp_path)
+def test_explain_bad_target_is_bad_usage(runs):
+    r = runs["explain bad"]
     assert r.returncode == 2 and "non-empty list of argument tuples" in r.stderr
 
 
-def test_bench_help_and_dispatch(tmp_path, monkeypatch, capsys):
-    r = run("bench", "--help")
+def test_bench_help_and_dispatch(runs, tmp_path, monkeypatch, capsys):
+    r = runs["bench help"]
     assert r.returncode == 0 and "--quick" in r.stdout and "--out" in r.stdout
     # The verb only dispatches to subclass_kit.bench.main (tested with the suite itself).
     from subclass_kit import bench, cli
@@ -241,14 +277,9 @@ def test_a_target_that_exits_or_dies_at_import_is_a_usage_error(tmp_path, body, 
     assert out == "" and "quitter" not in sys.modules
 
 
-def test_opinfo_prints_coverage_and_writes_it_to_json_and_markdown(tmp_path):
-    js, md = tmp_path / "r.json", tmp_path / "r.md"
-    r, bad, typo = run_clis(
-        ["check", "subclass_kit.examples:TwoTensor", "--opinfo", "--ops", "neg,mm", "--only", "opinfo",
-         "--backend", "eager", "--json", str(js), "--markdown", str(md)],
-        ["check", "subclass_kit.examples:TwoTensor", "--ops", "neg"],
-        ["check", "subclass_kit.examples:TwoTensor", "--opinfo", "--ops", "nge", "--backend", "eager"],
-    )
+def test_opinfo_prints_coverage_and_writes_it_to_json_and_markdown(runs, cli_root):
+    r, bad, typo = runs["opinfo"], runs["ops without opinfo"], runs["opinfo typo"]
+    js, md = cli_root / "opinfo.json", cli_root / "opinfo.md"
     assert r.returncode == 0, r.stdout + r.stderr
     assert "PASS" in r.stdout and "opinfo[neg]" in r.stdout and "opinfo[mm]" in r.stdout
     assert "OpInfo coverage:\n  TwoTensor: 2 of 2 ops pass" in r.stdout and "pass: mm, neg" in r.stdout
@@ -259,12 +290,12 @@ def test_opinfo_prints_coverage_and_writes_it_to_json_and_markdown(tmp_path):
     assert typo.returncode == 2 and "no OpInfo named 'nge'" in typo.stderr, typo.stderr
 
 
-def test_opinfo_with_no_target_reports_coverage_for_every_exemplar():
+def test_opinfo_with_no_target_reports_coverage_for_every_exemplar(runs):
     from subclass_kit.cli import builtin_targets
 
     names = [obj.__name__ for _, obj in builtin_targets()]
     assert "ShardedTensor" in names  # distributed exemplars are swept too (from_plain on MeshRef.local())
-    r = run("check", "--opinfo", "--ops", "neg,mm", "--only", "opinfo", "--backend", "eager")
+    r = runs["opinfo no target"]
     assert r.returncode == 0, r.stdout + r.stderr
     coverage = r.stdout.split("OpInfo coverage:\n", 1)[1]
     for name in names:

@@ -21,7 +21,7 @@ import warnings
 
 import pytest
 
-from kit_helpers.harness import world
+from kit_helpers.harness import RankFailure, world
 
 from deploy import _tasks
 
@@ -38,7 +38,7 @@ def _free_port() -> int:
 
 
 class FreshRanksHangWarning(UserWarning):
-    """A fresh world of torch-only ranks hung and was killed; it was started once more."""
+    """A world of ranks hung in torch's gloo deadlock and was killed; it was started once more."""
 
 
 # A run takes 20-60 s. Past this a rank is stuck: torch 2.13's gloo can deadlock between a
@@ -94,8 +94,23 @@ def fresh_ranks(cases: list, tmp_path) -> list:
     return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
 
 
+def _built_packages(tmp_path) -> list:
+    """``build_packages`` on the shared 2-rank world. A rank stuck in a package's call while
+    its peer's collective timed out is torch 2.13's gloo deadlock (see _reload.load_and_compare;
+    a loaded machine makes it likelier): reported with FreshRanksHangWarning and run once
+    more on a new world; any other failure, or a second hang, fails."""
+    for attempt in (1, 2):
+        try:
+            return world(2).run(_tasks.build_packages, str(tmp_path), timeout=TIMEOUT)
+        except RankFailure as e:
+            if attempt == 2 or "had not answered when the task timed out" not in str(e):
+                raise
+            warnings.warn(FreshRanksHangWarning(f"the 2-rank world hung in a package's call; running it once more:\n{e}"))
+    raise AssertionError("unreachable")
+
+
 def test_tp_and_collectives_packages_per_rank(tmp_path):
-    reports = world(2).run(_tasks.build_packages, str(tmp_path), timeout=TIMEOUT)
+    reports = _built_packages(tmp_path)
     for r in reports:
         for mode in ("strict", "nonstrict"):
             assert r[f"tp_{mode}_export_error"] <= 1e-5, r

@@ -56,11 +56,17 @@ def run_cli(*args, cwd=TESTS, timeout=600) -> subprocess.CompletedProcess:
     )
 
 
-def run_all(commands, *, timeout: float = 600) -> list:
-    """Run each ``(argv, env, cwd)`` in ``commands`` as its own process, all started at once
-    (starting interpreters dominates; the machine has cores to overlap it). Returns their
-    CompletedProcesses in order; every child is reaped (one past ``timeout`` is killed and
-    says so in its stderr, for its own test to report)."""
+def run_all(commands, *, timeout: float = 600, jobs: int | None = None) -> list:
+    """Run each ``(argv, env, cwd)`` in ``commands`` as its own process, all started at once,
+    or at most ``jobs`` at a time (starting interpreters dominates; the machine has cores to
+    overlap it, and memory for a few at once). Returns their CompletedProcesses in order;
+    every child is reaped (one past ``timeout`` is killed and says so in its stderr, for its
+    own test to report)."""
+    if jobs is not None and jobs < len(commands):
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return list(pool.map(lambda c: run_all([c], timeout=timeout)[0], commands))
     procs = [
         subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for argv, env, cwd in commands
@@ -83,7 +89,9 @@ def run_all(commands, *, timeout: float = 600) -> list:
     return done
 
 
-def run_clis(*commands, cwd=TESTS, timeout=600) -> list:
+def run_clis(*commands, cwd=TESTS, timeout=600, jobs: int | None = None) -> list:
     """``subclass-kit *args`` for each ``args`` in ``commands``, each in its own process as
-    ``run_cli`` runs it, all started at once (``run_all``)."""
-    return run_all([([*cli_command(), *args], cli_env(), cwd) for args in commands], timeout=timeout)
+    ``run_cli`` runs it, all started at once or ``jobs`` at a time (``run_all``). A command
+    is ``args``, or ``(args, cwd)`` to run it from a folder of its own."""
+    return run_all([([*cli_command(), *c[0]], cli_env(), c[1]) if type(c) is tuple else ([*cli_command(), *c], cli_env(), cwd)
+                    for c in commands], timeout=timeout, jobs=jobs)
