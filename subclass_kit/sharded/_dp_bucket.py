@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -70,6 +69,34 @@ def _pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.constant_pad_nd(t, [0, 0] * (t.dim() - 1) + [0, rows - t.size(0)], 0)
 
 
+# The copy-in and the copy-out as ops of their own, which inductor calls as they are (an
+# extern kernel each) instead of decomposing: lowered, ``_chunk_cat`` is a pad and a copy per
+# parameter and ``split_with_sizes_copy`` a copy per parameter, each a kernel inductor
+# generates and compiles on the first step (a 4-block model's graphs had twice DTensor's
+# kernels). Eager and aot_eager run the same aten ops.
+@torch.library.custom_op("subclass_kit::dp_copy_in", mutates_args=())
+def _copy_in(tensors: list[torch.Tensor], num_chunks: int) -> torch.Tensor:
+    """``_chunk_cat(tensors, 0, num_chunks)``: rows of every tensor's chunk ``i`` flattened."""
+    return _compat.chunk_cat(tensors, 0, num_chunks)
+
+
+@_copy_in.register_fake
+def _(tensors, num_chunks):
+    return _compat.chunk_cat(tensors, 0, num_chunks)
+
+
+@torch.library.custom_op("subclass_kit::dp_copy_out", mutates_args=())
+def _copy_out(flat: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
+    """``split_with_sizes_copy(flat, sizes, dim=1)``: each piece a contiguous tensor of its own."""
+    # (torch's stub types the out= form only: it returns the pieces)
+    return list(torch.split_with_sizes_copy(flat, sizes, dim=1))  # type: ignore[func-returns-value, call-overload]
+
+
+@_copy_out.register_fake
+def _(flat, sizes):
+    return [flat.new_empty((flat.size(0), n)) for n in sizes]
+
+
 class _GatherBucket(torch.autograd.Function):
     # Each step is one op for the whole bucket where it can be (the compile traces every op
     # several times: dynamo's fake run, AOT's metadata pass and its joint trace): the copy-in
@@ -95,15 +122,14 @@ class _GatherBucket(torch.autograd.Function):
         wire = pd or functools.reduce(torch.promote_types, [p.dtype for p in params])
         same = all(p.dtype == params[0].dtype for p in params)
         locals_ = [_pad_rows(p.local if same else p.local.to(wire), r) for p, (r, _) in zip(params, sizes)]
-        flat = _compat.chunk_cat(locals_, 0, 1)  # (1, this rank's padded shards flattened)
+        flat = _copy_in(locals_, 1)  # (1, this rank's padded shards flattened)
         if flat.dtype != wire:
             flat = flat.to(wire)
         if k > 1:
             flat = waited(_coll.all_gather_tensor(flat, 0, b.mesh.group_names[b.shard_dim]))
         # (k, total): rank i's row holds every parameter's i-th chunk; one op cuts each
         # parameter's columns out (contiguous), a view stacks its chunks back into dim 0.
-        # (torch's stub types the out= form only: it returns the pieces)
-        pieces: Any = torch.split_with_sizes_copy(flat, [r * e for r, e in sizes], dim=1)  # type: ignore[func-returns-value]
+        pieces = _copy_out(flat, [r * e for r, e in sizes])
         fulls = []
         for piece, p, shape, (r, _) in zip(pieces, params, b.shapes, sizes):
             full = piece.view(k * r, *shape[1:])
@@ -121,7 +147,7 @@ class _GatherBucket(torch.autograd.Function):
             grads = tuple(g.to(rd) for g in grads)
         # (k, total): each gradient's dim 0 padded to k chunks of the first rank's rows, its
         # chunk i flattened into row i, the layout the reduce-scatter hands out by row.
-        flat = _compat.chunk_cat(list(grads), 0, k)
+        flat = _copy_in(list(grads), k)
         if flat.dtype != rd:
             flat = flat.to(rd)
         ranks = 1

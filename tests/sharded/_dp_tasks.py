@@ -140,6 +140,16 @@ def _collectives(rec: _Record) -> dict:
     return out
 
 
+COPY_OPS = ("subclass_kit.dp_copy_in.default", "subclass_kit.dp_copy_out.default",
+            "aten._chunk_cat.default", "aten.split_with_sizes_copy.default")
+
+
+def _copy_ops(rec: _Record) -> dict:
+    """Per graph kind, how many nodes call each of COPY_OPS (the buckets' copy-in and copy-out)."""
+    return {kind: {op: sum(str(n.target) == op for gm in rec.graphs[kind] for n in gm.graph.nodes) for op in COPY_OPS}
+            for kind in ("fw", "bw")}
+
+
 def train_modes(mode: str, mixed: bool = False, backend: str = "aot_eager") -> dict:
     """Dense, kit eager, kit compiled and DTensor compiled (both SimpleFSDP-style), STEPS
     steps each: losses and parameters vs dense (exact to fp32 rounding; bf16 tolerance on
@@ -177,6 +187,8 @@ def train_modes(mode: str, mixed: bool = False, backend: str = "aot_eager") -> d
             out["stored placements"] = sorted({repr(tuple(p.placements)) for p in model.parameters()})
         if how == "aot_eager":
             out["collectives"][impl] = _collectives(rec)
+            if impl == "kit":
+                out["copy ops"] = _copy_ops(rec)
             out.setdefault("graphs", {})[impl] = [len(rec.graphs["fw"]), len(rec.graphs["bw"])]
     if mixed and ("dtensor", backend) in params:
         for n, v in params["kit", backend].items():

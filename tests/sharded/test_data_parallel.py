@@ -165,6 +165,14 @@ def test_mode_matches_dense_and_dtensor_collectives(mode):
     if mode == "fsdp+tp":
         assert _count(coll["kit"]["fw"], AG) < _count(coll["dtensor"]["fw"], AG), coll
         assert _count(coll["kit"]["bw"], RS) < _count(coll["dtensor"]["bw"], RS), coll
+    # The copy-in and the copy-out are the kit's ops, one per unit, so inductor calls them
+    # rather than generating a kernel per parameter (aten's forms never reach the graph).
+    copies = r["copy ops"]
+    sharded = mode != "replicate"
+    assert copies["fw"] == {"subclass_kit.dp_copy_in.default": units * sharded, "subclass_kit.dp_copy_out.default": units * sharded,
+                            "aten._chunk_cat.default": 0, "aten.split_with_sizes_copy.default": 0}, copies
+    assert copies["bw"] == {"subclass_kit.dp_copy_in.default": units, "subclass_kit.dp_copy_out.default": 0,
+                            "aten._chunk_cat.default": 0, "aten.split_with_sizes_copy.default": 0}, copies
     # Eager: every gradient is reduced into the parameter's own layout (never left Partial).
     assert r["grad placements"] == r["stored placements"], r
     if mode == "replicate":
