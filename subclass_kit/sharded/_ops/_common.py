@@ -22,7 +22,7 @@ from ..tensor import ShardedTensor, describe, out_spec, spec, wrap, wrap_out_spe
 
 __all__ = [
     "TensorMeta", "spec_of", "global_meta", "planned", "move", "move_plain", "wrap_out",
-    "aligned", "unsupported", "aten", "check_writable", "fast_plan", "on_locals", "on_locals_kw", "plain_values",
+    "aligned", "unsupported", "aten", "check_writable", "fast_plan", "on_locals", "plain_values",
     "stays", "runner",
 ]
 
@@ -445,12 +445,16 @@ def _op_for(func, args, kwargs):
     return _compat.fast_op_for(func, _locals(tuple(args)), {k: _locals(v) for k, v in (kwargs or {}).items()})
 
 
-def on_locals(op, make, args):
+def on_locals(op, make, args, kwargs=None):
     """``run(args)``: ``make(op(*args))`` with every ShardedTensor replaced by its local.
 
     Specialized once per plan for where ``args`` holds ShardedTensors: a plan's key pins
     that (a ShardedTensor enters it as its signature, anything else as a type or a tuple).
+    For a plan made for a call with keyword arguments (plain values), ``run(args, kwargs)``
+    (see ``_on_locals_kw``).
     """
+    if kwargs:
+        return _on_locals_kw(op, make, args)
     where = tuple([type(a) is ShardedTensor for a in args])
     if where == (True,):
         def run(args):
@@ -476,7 +480,7 @@ def on_locals(op, make, args):
     return run
 
 
-def on_locals_kw(op, make, args):
+def _on_locals_kw(op, make, args):
     """``run(args, kwargs)``: ``on_locals``'s ``run`` for a plan made for a call with keyword
     arguments (plain values: a dtype, ``rounding_mode=``, ``keepdim=``), passed on as given.
     A plan's key pins their names (and the values that decide anything), so such a plan is
@@ -536,7 +540,7 @@ def runner(func, metas, mesh, outs, coord, args, kwargs=None):
     None for a result that is None or not a tensor). None when a result cannot be built
     that way (symbolic sizes). ``args``: the call the plan is for (see ``fast_plan``).
     ``kwargs``: the call's keyword arguments, plain values (``var_mean``'s ``correction=``):
-    then ``run(args, kwargs)`` passes them on (see ``on_locals_kw``)."""
+    then ``run(args, kwargs)`` passes them on (see ``_on_locals_kw``)."""
     makes = []
     for m, pl in zip(metas, outs):
         if type(m) is TensorMeta:

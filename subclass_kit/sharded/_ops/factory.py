@@ -12,7 +12,7 @@ from __future__ import annotations
 from .._layout import local_shape
 from ..placements import Partial, Replicate
 from ..tensor import ShardedTensor, spec
-from ._common import aten, fast_plan, global_meta, on_locals, on_locals_kw, plain_values, planned, wrap_out
+from ._common import aten, fast_plan, global_meta, on_locals, plain_values, planned, wrap_out
 
 __all__ = ["like_factory", "new_factory", "is_same_size"]
 
@@ -48,7 +48,7 @@ def _like_decide(func, args, kwargs):
         # dropout's empty_like, an optimizer's zeros_like (torch passes pin_memory=): the op
         # on the local, the result built from what the plan knows.
         fp = fast_plan(func, meta, mesh, pl, coord, args, kwargs)
-        fast = None if fp is None else on_locals_kw(*fp, args) if kwargs else on_locals(*fp, args)
+        fast = None if fp is None else on_locals(*fp, args, kwargs)
     return meta, pl, mesh, coord, fast
 
 

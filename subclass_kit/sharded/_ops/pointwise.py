@@ -26,7 +26,7 @@ from ..placements import Partial, Placement, Replicate, Shard
 from ..tensor import ShardedTensor, placements_of, sig_of, spec
 from .generic import TAG_RULES, computed_whole
 from ._common import (TensorMeta, aligned, check_writable, aten, global_meta, move, move_plain, fast_plan, on_locals,
-                      on_locals_kw, plain_values, planned, spec_of, wrap_out)
+                      plain_values, planned, spec_of, wrap_out)
 
 __all__ = ["pointwise", "rule_for", "whole_view"]
 
@@ -217,7 +217,7 @@ def _plan(func, args, kwargs):
     ):
         fast = fast_plan(func, meta, mesh, out_pl, coord, args, kwargs)
         if fast is not None:
-            fast = on_locals_kw(*fast, args) if kwargs else on_locals(*fast, args)
+            fast = on_locals(*fast, args, kwargs)
     return fast, meta, out_pl, tuple(moves), written, mesh, coord
 
 
